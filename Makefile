@@ -1,0 +1,42 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch (a CUDA build is several GB); override on GPU machines.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.verlprof-installed
+
+.PHONY: install nsys test unit integration demo bench lint clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q '$(TORCH_SPEC)'
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(STAMP)
+
+nsys:
+	bash scripts/install_nsys.sh
+
+lint: install
+	$(BIN)/ruff check verlprof tests benchmarks
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+integration: install nsys
+	$(BIN)/pytest -q -m integration
+
+test: install nsys lint
+	$(BIN)/pytest -q
+
+demo: install nsys
+	$(BIN)/verlprof demo --config trainer_configs/ppo_trainer.yaml
+
+bench: install nsys
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache .ruff_cache

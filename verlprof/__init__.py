@@ -1,0 +1,1 @@
+"""verlprof: profiling controller for Ray-based RL trainers."""

@@ -1,0 +1,188 @@
+"""The profiling configuration: frozen dataclasses, one per concept, a docstring per field.
+
+Every supported input layout (the seed layout, verl's 2025-06/07 per-role ``profiler`` blocks,
+verl's ``global_profiler`` layout, NeMo RL's ``NRL_*`` variables) is normalised into these
+classes by :mod:`verlprof.config.layouts`; nothing downstream knows which layout was used.
+The docstring under each field is the user-facing reference (``docs/config_reference.md`` is
+generated from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple, Union
+
+OptionValue = Union[str, int, float, bool, None]
+
+TOOLS: Tuple[str, ...] = ("nsys", "torch", "rocprof_sys")
+"""Profiling backends verlprof can drive."""
+
+ROLES: Tuple[str, ...] = ("actor", "rollout", "ref", "critic", "rm")
+"""Components (roles) whose ranks can be profiled."""
+
+TRIGGERS: Tuple[str, ...] = ("auto", "cuda", "nvtx")
+"""How an nsys capture window is opened: ``cuda`` (cudaProfilerApi), ``nvtx`` (a named range)."""
+
+DEFAULT_FILENAME_TEMPLATE = "{component}_step{step}_rank{rank}_{host}_{pid}"
+"""Default report base name; fields: component, step, rank, host, pid."""
+
+
+@dataclass(frozen=True)
+class ComponentConfig:
+    """Which ranks of one component (role) are profiled, and how."""
+
+    ranks: Tuple[int, ...] = ()
+    """Ranks of the component's worker group to profile. Empty (or ``null``): no rank."""
+
+    all_ranks: bool = False
+    """Profile every rank of the group; ``ranks`` is then ignored."""
+
+    discrete: bool = False
+    """One report per annotated phase call (e.g. ``update_actor``) instead of one per step."""
+
+    ranks_key: str = ""
+    """Full key the ranks were read from, e.g. ``actor_rollout_ref.actor.profile_ranks``; used
+    in messages (set by the loader, not by users)."""
+
+    discrete_key: str = ""
+    """Full key the discrete flag was read from (set by the loader, for messages)."""
+
+    @property
+    def selects_any(self) -> bool:
+        """True when at least one rank of this component is selected."""
+        return self.all_ranks or bool(self.ranks)
+
+
+@dataclass(frozen=True)
+class ComponentsConfig:
+    """Per-component rank selection, one block per role."""
+
+    actor: ComponentConfig = field(default_factory=ComponentConfig)
+    """``actor_rollout_ref.actor``: the policy being trained."""
+
+    rollout: ComponentConfig = field(default_factory=ComponentConfig)
+    """``actor_rollout_ref.rollout``: sequence generation."""
+
+    ref: ComponentConfig = field(default_factory=ComponentConfig)
+    """``actor_rollout_ref.ref``: the frozen reference policy."""
+
+    critic: ComponentConfig = field(default_factory=ComponentConfig)
+    """``critic`` (alias ``actor_rollout_ref.critic``): the value model."""
+
+    rm: ComponentConfig = field(default_factory=ComponentConfig)
+    """``reward_model`` (alias ``rm``, ``actor_rollout_ref.rm``): the reward model."""
+
+    def get(self, role: str) -> ComponentConfig:
+        """The block of ``role`` (one of :data:`ROLES`)."""
+        return getattr(self, role)
+
+
+@dataclass(frozen=True)
+class NsysConfig:
+    """Nsight Systems options for the controller and the workers."""
+
+    worker_options: Dict[str, OptionValue] = field(default_factory=dict)
+    """``nsys profile`` options for worker ranks (``trace: cuda,nvtx``); key ``t`` renders as
+    ``-t VALUE``, longer keys as ``--key=VALUE``; ``null`` values are left out."""
+
+    worker_flags: Tuple[str, ...] = ()
+    """Bare ``nsys profile`` flags for worker ranks, rendered as ``--flag``."""
+
+    controller_options: Dict[str, OptionValue] = field(default_factory=dict)
+    """``nsys profile`` options for the controller. Empty: the controller is not profiled."""
+
+    controller_flags: Tuple[str, ...] = ()
+    """Bare ``nsys profile`` flags for the controller."""
+
+    trigger: str = "auto"
+    """How windows open: ``cuda`` (torch.cuda.profiler start/stop, needs a GPU), ``nvtx`` (a
+    named NVTX range, works on CPU), ``auto`` (``cuda`` when the workers have CUDA)."""
+
+    executable: str = "nsys"
+    """The nsys binary (a name on PATH or an absolute path) used on every node."""
+
+
+@dataclass(frozen=True)
+class TorchProfilerConfig:
+    """Options of the PyTorch profiler backend (Chrome traces, ``.pt.trace.json.gz``)."""
+
+    record_shapes: bool = False
+    """Record operator input shapes."""
+
+    profile_memory: bool = False
+    """Record tensor allocations and frees."""
+
+    with_stack: bool = False
+    """Record Python stacks of operators (large traces)."""
+
+    cuda: Optional[bool] = None
+    """Trace CUDA activity; ``null``: when CUDA is available."""
+
+
+@dataclass(frozen=True)
+class RocprofSysConfig:
+    """Options of the rocprof-sys backend (AMD GPUs; ``rocprof-sys-python <args> -- python``)."""
+
+    args: Dict[str, OptionValue] = field(default_factory=dict)
+    """Arguments of ``rocprof-sys-python``, rendered like nsys options."""
+
+    env: Dict[str, str] = field(default_factory=dict)
+    """Extra ``ROCPROFSYS_*`` environment; wins over verlprof's output-path defaults."""
+
+    executable: str = "rocprof-sys-python"
+    """The rocprof-sys Python launcher."""
+
+
+@dataclass(frozen=True)
+class ProfilingConfig:
+    """Everything verlprof needs to plan a profiled run, from any supported layout."""
+
+    steps: Tuple[int, ...] = ()
+    """Training steps to profile (1-indexed, like the trainer's global step). Empty: off."""
+
+    continuous_steps: bool = False
+    """Consecutive listed steps share one capture window ([1,2,5] → [1-2], [5])."""
+
+    tool: str = "nsys"
+    """Backend: ``nsys``, ``torch`` or ``rocprof_sys``."""
+
+    enabled: bool = True
+    """Master switch; ``false`` keeps the rest of the settings but profiles nothing."""
+
+    output_dir: str = "outputs/profiling"
+    """Where every report, the manifest and the summary end up (on the controller's node)."""
+
+    filename_template: str = DEFAULT_FILENAME_TEMPLATE
+    """Base name of each report; fields ``{component}``, ``{step}``, ``{rank}``, ``{host}``,
+    ``{pid}``. ``{step}`` is ``5`` or, for a continuous window, ``1-2``."""
+
+    components: ComponentsConfig = field(default_factory=ComponentsConfig)
+    """Per-role rank selection."""
+
+    phases: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    """Annotated phases per role that open a window in discrete mode (each once per step);
+    roles left out use verlprof's PPO defaults (``actor: [compute_log_prob, update_actor]``)."""
+
+    nsys: NsysConfig = field(default_factory=NsysConfig)
+    """Nsight Systems options."""
+
+    torch: TorchProfilerConfig = field(default_factory=TorchProfilerConfig)
+    """PyTorch profiler options."""
+
+    rocprof_sys: RocprofSysConfig = field(default_factory=RocprofSysConfig)
+    """rocprof-sys options."""
+
+    rpc_timeout_s: float = 120.0
+    """Seconds the controller waits for one start/stop fan-out before naming the late rank."""
+
+    finalize_timeout_s: float = 300.0
+    """Seconds to wait for reports to be finalised at the end of a run."""
+
+    source: str = "seed"
+    """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,
+    ``nemo_env`` (recorded in the manifest)."""
+
+    @property
+    def active(self) -> bool:
+        """True when anything at all will be profiled."""
+        return self.enabled and bool(self.steps)

@@ -1,0 +1,22 @@
+"""Errors verlprof raises for bad input: one line, naming the full config key."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A bad profiling setting. ``str(err)`` is ``"<full.key>: <what is wrong>"``."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class ProfilingRuntimeError(RuntimeError):
+    """A failure while profiling a live run; ``rank`` names the worker that failed, if any."""
+
+    def __init__(self, message: str, group: str | None = None, rank: int | None = None):
+        self.group = group
+        self.rank = rank
+        where = f"{group} rank {rank}: " if group is not None and rank is not None else ""
+        super().__init__(where + message)

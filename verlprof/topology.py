@@ -1,0 +1,126 @@
+"""Which worker groups exist, which roles each process hosts, and how many ranks each has.
+
+The plan needs the world size of every group to validate ranks and to know which processes
+exist. It comes from the trainer config (``trainer.nnodes * trainer.n_gpus_per_node``, or a
+group's own ``nnodes``/``n_gpus_per_node``) or from live worker groups (:meth:`Topology.of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from verlprof.errors import ConfigError
+
+HYBRID_GROUP = "actor_rollout_ref"
+"""The hybrid-engine group: actor, rollout and ref share one process per rank."""
+
+HYBRID_ROLES: Tuple[str, ...] = ("actor", "rollout", "ref")
+
+# group name -> (roles, config section that sizes it and can disable it)
+_STANDALONE: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    "critic": (("critic",), "critic"),
+    "rm": (("rm",), "reward_model"),
+}
+
+
+@dataclass(frozen=True)
+class GroupTopology:
+    """One Ray worker group: its roles (colocated in one process per rank) and world size."""
+
+    name: str
+    """Group name used in paths and worker names (``actor_rollout_ref``, ``critic``, ``rm``)."""
+
+    roles: Tuple[str, ...]
+    """Roles hosted by each process of this group."""
+
+    world_size: int
+    """Number of ranks (processes) in the group."""
+
+    @property
+    def worker_name(self) -> str:
+        """Name matched by NeMo RL worker patterns, e.g. ``actor_rollout_ref_worker``."""
+        return f"{self.name}_worker"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """All worker groups of a run, and whether their processes have CUDA."""
+
+    groups: Tuple[GroupTopology, ...]
+    """The worker groups, in launch order."""
+
+    cuda: bool = True
+    """Workers run on CUDA devices (decides the nsys trigger and trace defaults)."""
+
+    def group(self, name: str) -> Optional[GroupTopology]:
+        """The group called ``name``, or None."""
+        return next((g for g in self.groups if g.name == name), None)
+
+    def group_of(self, role: str) -> Optional[GroupTopology]:
+        """The group whose processes host ``role``, or None when the role is not deployed."""
+        return next((g for g in self.groups if role in g.roles), None)
+
+    @classmethod
+    def of(cls, sizes: Mapping[str, int], *, cuda: bool = True, hybrid_engine: bool = True
+           ) -> "Topology":
+        """A topology from group sizes, e.g. ``{"actor_rollout_ref": 2, "critic": 1, "rm": 1}``.
+
+        Groups not named are absent. With ``hybrid_engine=False`` name ``actor``, ``rollout``
+        and ``ref`` separately.
+        """
+        known = _group_roles(hybrid_engine)
+        groups = []
+        for name, size in sizes.items():
+            if name not in known:
+                raise ConfigError("topology", f"unknown group {name!r}; known: {sorted(known)}")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ConfigError(f"topology.{name}", f"world size must be a positive int, got {size!r}")
+            groups.append(GroupTopology(name, known[name], size))
+        return cls(tuple(groups), cuda=cuda)
+
+    @classmethod
+    def from_trainer_config(cls, cfg: Mapping[str, Any]) -> "Topology":
+        """Derive groups and sizes from a verl-style trainer config (a plain nested dict)."""
+        trainer = _section(cfg, "trainer")
+        default_size = _size(trainer, "trainer", default=1)
+        hybrid = _section(cfg, "actor_rollout_ref").get("hybrid_engine", True)
+        if not isinstance(hybrid, bool):
+            raise ConfigError("actor_rollout_ref.hybrid_engine", f"must be true or false, got {hybrid!r}")
+        device = trainer.get("device", "cuda")
+        if device not in ("cuda", "cpu", "npu"):
+            raise ConfigError("trainer.device", f"must be cuda, cpu or npu, got {device!r}")
+        sizes: Dict[str, int] = {}
+        arr_size = _size(_section(cfg, "actor_rollout_ref"), "actor_rollout_ref", default_size)
+        for name in ((HYBRID_GROUP,) if hybrid else HYBRID_ROLES):
+            sizes[name] = arr_size
+        for name, (_, section) in _STANDALONE.items():
+            block = _section(cfg, section)
+            if block.get("enable", True) is False:
+                continue
+            sizes[name] = _size(block, section, default_size)
+        return cls.of(sizes, cuda=device == "cuda", hybrid_engine=hybrid)
+
+
+def _group_roles(hybrid_engine: bool) -> Dict[str, Tuple[str, ...]]:
+    roles = {HYBRID_GROUP: HYBRID_ROLES} if hybrid_engine else {r: (r,) for r in HYBRID_ROLES}
+    roles.update({name: r for name, (r, _) in _STANDALONE.items()})
+    return roles
+
+
+def _section(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = cfg.get(key) if isinstance(cfg, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _size(block: Mapping[str, Any], prefix: str, default: int) -> int:
+    """``nnodes * n_gpus_per_node`` of a section, each falling back to ``default``'s parts."""
+    if "nnodes" not in block and "n_gpus_per_node" not in block:
+        return default
+    values = []
+    for key in ("nnodes", "n_gpus_per_node"):
+        value = block.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {value!r}")
+        values.append(value)
+    return values[0] * values[1]
