@@ -13,10 +13,10 @@ class ConfigError(ValueError):
 
 
 class ProfilingRuntimeError(RuntimeError):
-    """A failure while profiling a live run; ``rank`` names the worker that failed, if any."""
+    """A failure while profiling a live run. The message names every failing rank; ``group``
+    and ``rank`` hold the first one, for programs."""
 
     def __init__(self, message: str, group: str | None = None, rank: int | None = None):
         self.group = group
         self.rank = rank
-        where = f"{group} rank {rank}: " if group is not None and rank is not None else ""
-        super().__init__(where + message)
+        super().__init__(message)

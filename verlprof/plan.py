@@ -97,6 +97,8 @@ class ProcessPlan:
     """Environment the wrapped process needs."""
     raw_dir: str = ""
     """Where the process writes before collection renames its reports."""
+    world_size: int = 1
+    """World size of the process's group (recorded in torch traces)."""
 
     @property
     def reports(self) -> Tuple[Report, ...]:
@@ -228,11 +230,10 @@ def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str
                 warnings.append(f"{component.ranks_key or role}: the {role} role is not deployed "
                                 f"in this run, so nothing of it is profiled")
             continue
-        for i, rank in enumerate(component.ranks):
+        for rank in component.ranks:
             if rank >= group.world_size:
                 raise ConfigError(component.ranks_key or f"{role}.profile_ranks",
-                                  f"rank {rank} is outside world size {group.world_size}"
-                                  + ("" if len(component.ranks) == 1 else f" (item {i})"))
+                                  f"rank {rank} is outside world size {group.world_size}")
 
 
 def _group_mode(config: ProfilingConfig, group: GroupTopology) -> str:
@@ -289,7 +290,7 @@ def _process_plan(config: ProfilingConfig, topology: Topology, group: GroupTopol
         argv = commands.rocprof_argv(config.rocprof_sys, "trainer.profiler.rocprof_sys.args")
         env = commands.rocprof_env(config.rocprof_sys, config.output_dir, group.name, rank)
     return ProcessPlan(group.name, rank, group.roles, selecting, mode, config.tool, windows, argv,
-                       env, paths.raw_dir(config.output_dir, group.name, rank))
+                       env, paths.raw_dir(config.output_dir, group.name, rank), group.world_size)
 
 
 def _controller_plan(config: ProfilingConfig, topology: Topology,

@@ -1,0 +1,97 @@
+"""nsys, worker side: the process already runs under ``nsys profile`` (see the plan's argv).
+
+A window is a capture range: with the ``nvtx`` trigger the range ``VERLPROF_CAPTURE`` in domain
+``verlprof`` (works without a GPU), with ``cuda`` ``torch.cuda.profiler.start()/stop()``. nsys
+writes one report per window (``--capture-range-end=repeat:N``) named
+``<group>_rank<R>_<pid>.<n>.nsys-rep`` (no ``.<n>`` when there is a single report), ``n``
+counting windows in the order they closed; the session's log of opened windows maps ``n`` back
+to steps and phases.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from verlprof import nvtx, paths
+from verlprof.backends.base import Capture, entry, never_opened_entries
+from verlprof.manifest import STATUS_MISSING, STATUS_OK
+from verlprof.plan import ProcessPlan, Window
+
+_ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")
+
+
+class NsysCapture(Capture):
+    def __init__(self, plan: ProcessPlan):
+        super().__init__(plan)
+        self.trigger = "nvtx" if any("--capture-range=nvtx" == a for a in plan.launch_argv) \
+            else "cuda"
+        self.emitter = nvtx.get_emitter()
+        self._handle: Any = None
+
+    def open(self, window: Window) -> None:
+        if self.trigger == "nvtx":
+            self._handle = nvtx.capture_open()
+        else:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+
+    def close(self, window: Window) -> None:
+        if self.trigger == "nvtx":
+            handle, self._handle = self._handle, None
+            nvtx.capture_close(handle)
+        else:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+
+    @contextmanager
+    def phase(self, label: str) -> Iterator[None]:
+        handle = self.emitter.range_start(label)
+        try:
+            yield
+        finally:
+            self.emitter.range_end(handle)
+
+    def report_glob(self, pid: Optional[int] = None) -> str:
+        """Glob of this process's raw reports (``%p`` of the plan's output prefix = pid)."""
+        prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(self.plan.group),
+                                                rank=self.plan.rank)
+        prefix = prefix.replace("%p", str(pid or os.getpid()))
+        # "x_12.*nsys-rep" matches x_12.nsys-rep and x_12.3.nsys-rep, never pid 123's x_123...
+        return os.path.join(self.plan.raw_dir, prefix + ".*nsys-rep")
+
+    def collect(self, opened: Sequence[Any], never_opened: Sequence[Window],
+                timeout_s: float) -> List[Dict[str, Any]]:
+        from verlprof.backends.nsys_cli import wait_for_reports
+
+        found, _missing = wait_for_reports(self.report_glob(), len(opened), timeout_s)
+        by_ordinal = ordinals(found)
+        out = []
+        for n, record in enumerate(opened, start=1):
+            raw = by_ordinal.get(n)
+            if raw is None:
+                out.append(entry(record.window, raw_path=None, status=STATUS_MISSING,
+                                 reason=f"nsys wrote no report for window {n} within "
+                                        f"{timeout_s:g}s", start_ns=record.start_ns,
+                                 end_ns=record.end_ns))
+            else:
+                out.append(entry(record.window, raw_path=raw, status=STATUS_OK,
+                                 start_ns=record.start_ns, end_ns=record.end_ns))
+        return out + never_opened_entries(never_opened)
+
+
+def ordinals(files: Sequence[str]) -> Dict[int, str]:
+    """Map nsys' report ordinal to file: ``x_12.3.nsys-rep`` → 3, ``x_12.nsys-rep`` → 1."""
+    out: Dict[int, str] = {}
+    for path in files:
+        match = _ORDINAL.search(os.path.basename(path))
+        if match:
+            out[int(match.group(2) or 1)] = path
+    return out
+

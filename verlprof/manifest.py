@@ -1,0 +1,149 @@
+"""``manifest.json``: one entry per expected report, with its status, written by collection.
+
+The manifest is the contract between the runtime (which writes it) and ``verlprof report``
+(which reads it). It lists every report the plan expected, including those that never
+appeared (``missing``) or were cut short (``incomplete``), each with the reason, so that a
+reader never has to guess what a directory should contain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import dacite
+
+from verlprof import paths
+
+MANIFEST_FORMAT = 1
+STATUS_OK = "ok"
+STATUS_MISSING = "missing"
+STATUS_INCOMPLETE = "incomplete"
+STATUSES = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
+
+
+@dataclass(frozen=True)
+class ReportEntry:
+    """One expected report and what became of it."""
+
+    steps: Tuple[int, ...]
+    """Training steps the report covers."""
+    group: str
+    """Worker group (``actor_rollout_ref``, ``critic``, ``rm``, ...) or ``controller``."""
+    rank: int
+    """Rank in the group (0 for the controller)."""
+    component: str
+    """Path component: the group for whole-step reports, ``<role>.<phase>`` for discrete."""
+    backend: str
+    """``nsys``, ``torch`` or ``rocprof_sys``."""
+    path: str
+    """Path relative to output_dir (the planned one, even when the report is missing)."""
+    status: str
+    """``ok``, ``missing`` or ``incomplete``."""
+    role: Optional[str] = None
+    """Role whose phase opened the window (discrete reports)."""
+    phase: Optional[str] = None
+    """Phase that opened the window (discrete reports)."""
+    host: str = ""
+    """Host the process ran on."""
+    pid: int = 0
+    """Process id of the profiled process."""
+    node_id: str = ""
+    """Ray node id of the process."""
+    bytes: int = 0
+    """Size of the report on disk (0 when missing)."""
+    reason: Optional[str] = None
+    """Why the report is missing or incomplete."""
+    window_start_ns: Optional[int] = None
+    """Wall-clock time (ns since the epoch) the window opened, as seen by the process."""
+    window_end_ns: Optional[int] = None
+    """Wall-clock time (ns since the epoch) the window closed."""
+    transfer: Optional[str] = None
+    """How the file reached output_dir: ``rename`` (same node), ``ray`` (sent over Ray), or
+    ``direct`` (written in place)."""
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process that took part in the run."""
+
+    group: str
+    rank: int
+    host: str
+    pid: int
+    node_id: str = ""
+    under_profiler: bool = False
+    """True when the process ran under nsys or rocprof-sys (a wrapped launch)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything collected in one run."""
+
+    tool: str
+    """Backend of the run."""
+    output_dir: str
+    """Absolute output directory at collection time."""
+    step_windows: Tuple[Tuple[int, ...], ...]
+    """Planned step windows."""
+    reports: Tuple[ReportEntry, ...]
+    """Every expected report (workers and controller)."""
+    controller: Optional[ProcessInfo] = None
+    """The controller process."""
+    processes: Tuple[ProcessInfo, ...] = ()
+    """Every selected worker process."""
+    groups: Dict[str, int] = field(default_factory=dict)
+    """World size of every worker group."""
+    source: str = "seed"
+    """Config layout the plan came from."""
+    warnings: Tuple[str, ...] = ()
+    """Plan warnings and problems met while running."""
+    created: str = ""
+    """ISO-8601 time the manifest was written."""
+    format: int = MANIFEST_FORMAT
+    """Manifest format version."""
+    verlprof_version: str = ""
+    """verlprof version that wrote it."""
+
+    def by_status(self, status: str) -> List[ReportEntry]:
+        """Entries with ``status``."""
+        return [r for r in self.reports if r.status == status]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Manifest":
+        return dacite.from_dict(cls, data, config=dacite.Config(cast=[tuple]))
+
+
+def write_manifest(manifest: Manifest, output_dir: str) -> str:
+    """Write atomically (temp file + rename), so a reader never sees half a manifest."""
+    os.makedirs(output_dir, exist_ok=True)
+    target = os.path.join(output_dir, paths.MANIFEST_NAME)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=output_dir)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(manifest.to_dict(), handle, indent=2, sort_keys=False)
+        handle.write("\n")
+    os.replace(tmp, target)
+    return target
+
+
+def read_manifest(output_dir: str) -> Manifest:
+    """Load ``<output_dir>/manifest.json``; a clear ValueError when absent or malformed."""
+    path = os.path.join(output_dir, paths.MANIFEST_NAME)
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no manifest here; is this a verlprof output directory?") \
+            from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    try:
+        return Manifest.from_dict(data)
+    except (dacite.DaciteError, TypeError) as err:
+        raise ValueError(f"{path}: not a verlprof manifest ({err})") from None

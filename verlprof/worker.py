@@ -1,0 +1,270 @@
+"""Worker side: the profiling RPCs of a Ray actor and the ``annotate`` decorator for its phases.
+
+A worker class mixes in :class:`ProfilingWorkerMixin` and decorates its phase methods::
+
+    @ray.remote
+    class ActorRolloutRefWorker(ProfilingWorkerMixin):
+        @annotate("actor")
+        def update_actor(self, batch): ...
+
+Unselected processes are never configured: their ``annotate``d methods pay one wrapper call
+and one attribute test, nothing else. A selected process gets a :class:`ProfileSession` that
+executes its :class:`~verlprof.plan.ProcessPlan`: whole-step windows open on
+``start_profile`` and close on ``stop_profile``; in discrete mode ``start_profile`` only arms
+the step and each planned phase call opens and closes its own window.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+from verlprof.backends import make_capture
+from verlprof.plan import ProcessPlan, Window
+
+logger = logging.getLogger("verlprof")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
+    """Mark a worker method as phase ``<role>/<phase>`` (phase defaults to the method name).
+
+    Inside an open window the call is wrapped in an NVTX range (nsys) or a ``record_function``
+    (torch); in discrete mode a planned phase opens its own window. Otherwise the method runs
+    as is: the only cost is this wrapper and one attribute test.
+    """
+
+    def decorate(fn: F) -> F:
+        name = phase or fn.__name__
+
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            if self._verlprof_active:
+                return self._verlprof_session.run_phase(role, name, fn, self, args, kwargs)
+            return fn(self, *args, **kwargs)
+
+        wrapper.__verlprof_phase__ = (role, name)  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass
+class OpenedWindow:
+    """A window this process actually opened (nsys numbers its reports in this order)."""
+
+    window: Window
+    start_ns: int
+    end_ns: Optional[int] = None
+
+
+class ProfileSession:
+    """Executes one process's plan. Every transition is idempotent and thread-safe."""
+
+    def __init__(self, plan: ProcessPlan, owner: Any):
+        self.plan = plan
+        self.owner = owner
+        self.capture = make_capture(plan)
+        self.opened: List[OpenedWindow] = []
+        self.armed: Optional[Tuple[int, ...]] = None
+        self.current: Optional[OpenedWindow] = None
+        self.ignored: List[str] = []
+        self._pending = list(plan.windows)
+        self._lock = threading.RLock()
+
+    # -- controller RPCs ---------------------------------------------------------------
+    def start(self, steps: Sequence[int]) -> str:
+        """Open (whole) or arm (discrete) the step window ``steps``."""
+        steps = tuple(steps)
+        with self._lock:
+            if self.armed == steps:
+                return "already-started"
+            if self.armed is not None:
+                self.stop(self.armed)
+            if not any(w.steps == steps for w in self._pending):
+                note = f"start of steps {list(steps)} ignored: not planned or already captured"
+                self.ignored.append(note)
+                return "not-planned"
+            self.armed = steps
+            if self.plan.mode == "whole":
+                window = next(w for w in self._pending if w.steps == steps)
+                self._open(window)
+            self._set_active(True)
+            return "started"
+
+    def stop(self, steps: Optional[Sequence[int]] = None) -> str:
+        """Close the open window (whole) or disarm (discrete). Stopping nothing is a no-op."""
+        with self._lock:
+            if self.armed is None or (steps is not None and tuple(steps) != self.armed):
+                return "not-started"
+            self._set_active(False)
+            if self.current is not None:
+                self._close()
+            self.armed = None
+            return "stopped"
+
+    # -- phases ----------------------------------------------------------------------------
+    def run_phase(self, role: str, phase: str, fn: Callable, owner: Any, args, kwargs):
+        label = f"{role}/{phase}"
+        if self.plan.mode == "whole":
+            with self.capture.phase(label):
+                return fn(owner, *args, **kwargs)
+        window = self._claim_discrete(role, phase)
+        if window is None:
+            return fn(owner, *args, **kwargs)
+        with self._lock:
+            self._open(window)
+        try:
+            with self.capture.phase(label):
+                return fn(owner, *args, **kwargs)
+        finally:
+            with self._lock:
+                if self.current is not None and self.current.window is window:
+                    self._close()
+
+    def _claim_discrete(self, role: str, phase: str) -> Optional[Window]:
+        """The planned window of this phase in the armed step (each opens at most once)."""
+        with self._lock:
+            if self.current is not None:
+                return None  # nested phase: it runs inside the open window
+            return next((w for w in self._pending if w.steps == self.armed and w.role == role
+                         and w.phase == phase), None)
+
+    # -- window bookkeeping ------------------------------------------------------------
+    def _open(self, window: Window) -> None:
+        self._pending.remove(window)
+        self.current = OpenedWindow(window, time.time_ns())
+        self.opened.append(self.current)
+        self.capture.open(window)
+
+    def _close(self) -> None:
+        current, self.current = self.current, None
+        try:
+            self.capture.close(current.window)
+        finally:
+            current.end_ns = time.time_ns()
+
+    def _set_active(self, active: bool) -> None:
+        self.owner._verlprof_active = active
+
+    def status(self) -> Dict[str, Any]:
+        with self._lock:
+            return {"armed": list(self.armed) if self.armed else None,
+                    "open_window": self.current.window.report.path if self.current else None,
+                    "opened": len(self.opened), "pending": len(self._pending),
+                    "ignored": list(self.ignored)}
+
+    def finalize(self, timeout_s: float) -> List[Dict[str, Any]]:
+        """Close what is open, wait for the reports, return one entry per planned window."""
+        self.stop()
+        return self.capture.collect(self.opened, list(self._pending), timeout_s)
+
+
+class ProfilingWorkerMixin:
+    """Profiling RPCs for a Ray actor. Cheap when the process is not selected."""
+
+    _verlprof_active = False
+    _verlprof_session: Optional[ProfileSession] = None
+
+    def verlprof_configure(self, plan: Optional[ProcessPlan]) -> Dict[str, Any]:
+        """Install this process's plan (sent by the controller to selected ranks only)."""
+        if plan is None or (self._verlprof_session is not None
+                            and self._verlprof_session.plan == plan):
+            return self.profile_status()
+        if self._verlprof_session is not None:
+            self._verlprof_session.finalize(timeout_s=0)
+        os.makedirs(plan.raw_dir, exist_ok=True)
+        self._verlprof_session = ProfileSession(plan, self)
+        return self.profile_status()
+
+    def start_profile(self, steps: Sequence[int]) -> str:
+        """Open or arm the step window ``steps``; idempotent."""
+        session = self._verlprof_session
+        return session.start(steps) if session is not None else "not-configured"
+
+    def stop_profile(self, steps: Optional[Sequence[int]] = None) -> str:
+        """Close or disarm the current window; idempotent."""
+        session = self._verlprof_session
+        return session.stop(steps) if session is not None else "not-configured"
+
+    def profile_status(self) -> Dict[str, Any]:
+        """Where this process stands: identity, whether it runs under a profiler, its windows."""
+        status = process_identity()
+        session = self._verlprof_session
+        status.update(session.status() if session is not None else {"configured": False})
+        return status
+
+    def finalize_profiles(self, timeout_s: float = 300.0) -> List[Dict[str, Any]]:
+        """Stop, wait for this process's reports, and describe each planned one."""
+        session = self._verlprof_session
+        if session is None:
+            return []
+        identity = process_identity()
+        return [dict(entry, host=identity["host"], pid=identity["pid"],
+                     node_id=identity["node_id"]) for entry in session.finalize(timeout_s)]
+
+    def verlprof_read_chunk(self, path: str, offset: int, size: int) -> bytes:
+        """Part of a raw report, for a controller on another node (no shared filesystem)."""
+        session = self._verlprof_session
+        if session is None or not _is_inside(path, session.plan.raw_dir):
+            raise PermissionError(f"{path} is not a report of this process")
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(size)
+
+    def verlprof_discard(self, path: str) -> bool:
+        """Delete a raw report once the controller holds its copy."""
+        session = self._verlprof_session
+        if session is None or not _is_inside(path, session.plan.raw_dir):
+            return False
+        try:
+            os.remove(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+
+def process_identity() -> Dict[str, Any]:
+    """Host, pid, Ray node id and whether a profiler wraps this process."""
+    node_id = ""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node_id = ray.get_runtime_context().get_node_id()
+    except Exception:  # identity is best effort: never fail a status call over it
+        node_id = ""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id,
+            "under_profiler": under_profiler()}
+
+
+def under_profiler() -> bool:
+    """True when an ancestor process is nsys or rocprof-sys (what a wrapped launch looks like)."""
+    pid = os.getppid()
+    for _ in range(4):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if argv and os.path.basename(argv[0].decode(errors="replace")).startswith(
+                ("nsys", "rocprof-sys")):
+            return True
+        if parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
+def _is_inside(path: str, root: str) -> bool:
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(path)]) == real_root
