@@ -1,0 +1,396 @@
+"""Real nsys (2022.4 here), no mocks: NVTX adapter, capture windows, nsys_cli, sqlite reading."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import NSYS_SAFE_OPTS, require_nsys
+from verlprof.backends import nsys_cli
+from verlprof.backends.nsys_cli import (
+    NsysExportError,
+    dry_run,
+    export_sqlite,
+    list_agents,
+    marked_processes,
+    reap_orphan_agents,
+    run_nsys,
+    wait_for_reports,
+)
+from verlprof.nvtx import CAPTURE_RANGE, NVTX_DOMAIN, nvtx_library_candidates
+from verlprof.report.nsys_sqlite import (
+    ReportReadError,
+    read_cuda_kernels,
+    read_memcpy,
+    read_nvtx_ranges,
+    report_time_bounds,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+APP = Path(__file__).resolve().parent / "apps" / "nvtx_windows.py"
+_spec = importlib.util.spec_from_file_location("nvtx_windows_app", APP)
+_app = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_app)
+WINDOW_RANGES, window_names = _app.WINDOW_RANGES, _app.window_names
+
+CAPTURE_OPTS = ["-t", "nvtx,osrt", *NSYS_SAFE_OPTS, "-c", "nvtx",
+                "-p", f"{CAPTURE_RANGE}@{NVTX_DOMAIN}"]
+
+
+def _app_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    for key in ("VERLPROF_NVTX", "VERLPROF_NVTX_BACKEND"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def _profile_app(nsys: str, out_dir: Path, windows: int, *, repeat: int, app_args=(),
+                 env_extra=None, timeout_s: float = 60):
+    info = out_dir / "app.json"
+    argv = [nsys, "profile", *CAPTURE_OPTS, f"--capture-range-end=repeat:{repeat}", "-f",
+            "true", "-o", str(out_dir / "worker_%p"), sys.executable, str(APP),
+            "--windows", str(windows), "--out", str(info), *app_args]
+    res = run_nsys(argv, timeout_s, env=_app_env(**(env_extra or {})), cwd=str(REPO))
+    _MARKERS.append(res.marker)
+    return res, info
+
+
+@pytest.fixture(scope="module")
+def nsys_exe() -> str:
+    return require_nsys()
+
+
+_MARKERS: list = []
+"""Markers of every nsys run this module started (other sessions may run nsys meanwhile)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_behind():
+    yield
+    left = {m: marked_processes(m) for m in _MARKERS}
+    assert not any(left.values()), f"processes left behind by this module's nsys runs: {left}"
+
+
+
+
+@pytest.fixture(scope="module")
+def three_windows(nsys_exe, tmp_path_factory):
+    """3 windows, the 3rd closed from a second thread; wait_for_reports runs meanwhile."""
+    out = tmp_path_factory.mktemp("three")
+    box = {}
+    t = threading.Thread(target=lambda: box.update(zip(("res", "info"), _profile_app(
+        nsys_exe, out, 3, repeat=3, app_args=["--close-from-thread", "3", "--linger", "2"]))))
+    t0 = time.monotonic()
+    t.start()
+    waited = wait_for_reports(str(out / "worker_*.nsys-rep"), expected_count=3, timeout_s=45,
+                              poll_s=0.2)
+    waited_s = time.monotonic() - t0
+    app_alive_at_wait = t.is_alive()
+    t.join(60)
+    assert not t.is_alive()
+    info = json.loads(Path(box["info"]).read_text())
+    return {"dir": out, "res": box["res"], "info": info, "waited": waited,
+            "waited_s": waited_s, "alive_at_wait": app_alive_at_wait}
+
+
+@pytest.fixture(scope="module")
+def one_window(nsys_exe, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    res, info = _profile_app(nsys_exe, out, 1, repeat=1)
+    return {"dir": out, "res": res, "info": json.loads(info.read_text())}
+
+
+def _texts(ranges):
+    return {r.text for r in ranges if r.text != CAPTURE_RANGE}
+
+
+# ----------------------------------------------------------------------------- capture windows
+
+
+def test_three_windows_give_three_reports_named_by_ordinal(three_windows):
+    pid = three_windows["info"]["pid"]
+    names = sorted(p.name for p in three_windows["dir"].glob("*.nsys-rep"))
+    assert names == [f"worker_{pid}.{i}.nsys-rep" for i in (1, 2, 3)]
+    assert three_windows["info"]["enabled"] is True
+    assert three_windows["info"]["backend"] == "nvtx"  # nvtx==0.2.11 is preferred
+
+
+def test_wait_for_reports_returns_finalised_files_while_app_lives(three_windows):
+    waited = three_windows["waited"]
+    assert waited.complete, waited
+    assert [p.name for p in waited.found] == sorted(
+        p.name for p in three_windows["dir"].glob("*.nsys-rep"))
+    assert not waited.pending and not waited.missing
+    # repeat:3 writes all three when the 3rd window closes, 2 s before the app exits
+    assert three_windows["alive_at_wait"], "wait returned only after the run ended"
+    for p in waited.found:  # what wait_for_reports called final exports cleanly
+        assert export_sqlite(p).is_file()
+
+
+def test_each_report_holds_exactly_its_own_window(three_windows):
+    pid = three_windows["info"]["pid"]
+    for w in (1, 2, 3):
+        sq = export_sqlite(three_windows["dir"] / f"worker_{pid}.{w}.nsys-rep")
+        ranges = read_nvtx_ranges(sq, include_marks=True)
+        assert _texts(ranges) == window_names(w)
+        assert {r.domain for r in ranges} == {NVTX_DOMAIN}
+        caps = [r for r in ranges if r.text == CAPTURE_RANGE]
+        assert len(caps) == 1 and caps[0].event_type == 60
+        assert all(r.pid == pid for r in ranges)
+        kinds = {r.text: r.kind for r in ranges}
+        group = WINDOW_RANGES[w - 1][0].split("/")[0]
+        assert kinds[f"{group}/push"] == "push_pop" and kinds[f"{group}/mark"] == "mark"
+        # a range ended on another thread is still a complete start/end range
+        second = [r for r in ranges if r.text in window_names(w) and r.kind == "start_end"]
+        assert len(second) == 2 and all(r.end_ns > r.start_ns for r in second)
+
+
+def test_report_time_base_is_wall_clock(three_windows):
+    pid = three_windows["info"]["pid"]
+    offsets = []
+    for w in (1, 2, 3):
+        sq = export_sqlite(three_windows["dir"] / f"worker_{pid}.{w}.nsys-rep")
+        bounds = report_time_bounds(sq)
+        mark = next(r for r in read_nvtx_ranges(sq, include_marks=True) if r.kind == "mark")
+        wall = three_windows["info"]["marks"][str(w)]
+        assert abs(bounds.to_epoch_ns(mark.start_ns) - wall) < 20_000_000  # 20 ms
+        assert bounds.start_ns <= mark.start_ns <= bounds.end_ns
+        offsets.append(bounds.run_offset_ns)
+    assert offsets == sorted(offsets)
+
+
+def test_one_window_has_no_ordinal_suffix(one_window):
+    pid = one_window["info"]["pid"]
+    assert sorted(p.name for p in one_window["dir"].glob("*.nsys-rep")) == [
+        f"worker_{pid}.nsys-rep"]
+    ranges = read_nvtx_ranges(export_sqlite(one_window["dir"] / f"worker_{pid}.nsys-rep"),
+                              include_marks=True)
+    assert _texts(ranges) == window_names(1)
+    assert {r.domain for r in ranges} == {NVTX_DOMAIN}
+
+
+def test_ctypes_binding_records_in_domain(nsys_exe, tmp_path):
+    if not any(os.path.exists(p) for p in nvtx_library_candidates() if p.startswith("/")):
+        pytest.skip("no libnvtx3interop/libnvToolsExt on this machine")
+    res, info = _profile_app(nsys_exe, tmp_path, 2, repeat=2,
+                             app_args=["--close-from-thread", "1"],
+                             env_extra={"VERLPROF_NVTX_BACKEND": "ctypes"})
+    data = json.loads(info.read_text())
+    assert data["backend"] == "ctypes"
+    pid = data["pid"]
+    for w in (1, 2):
+        sq = export_sqlite(tmp_path / f"worker_{pid}.{w}.nsys-rep")
+        ranges = read_nvtx_ranges(sq, include_marks=True)
+        assert _texts(ranges) == window_names(w)
+        assert {r.domain for r in ranges} == {NVTX_DOMAIN}
+
+
+# --------------------------------------------------------------------------------- nsys_cli
+
+
+def test_find_and_version(nsys_exe):
+    assert os.path.isabs(nsys_exe)
+    assert re.fullmatch(r"\d{4}\.\d+(\.\d+){0,2}", nsys_cli.nsys_version(nsys_exe))
+    assert nsys_cli.find_nsys("definitely-not-nsys-xyz") is None
+    assert nsys_cli.nsys_version("/nonexistent/nsys") is None
+
+
+def test_run_nsys_rejects_shell_strings():
+    with pytest.raises(TypeError):
+        run_nsys("nsys --version", 5)
+
+
+def test_run_nsys_timeout_kills_agent_and_app(nsys_exe, tmp_path):
+    t0 = time.monotonic()
+    res = run_nsys([nsys_exe, "profile", "-t", "nvtx,osrt", *NSYS_SAFE_OPTS, "-f", "true",
+                    "-o", str(tmp_path / "slow"), sys.executable, "-c",
+                    "import time; time.sleep(120)"], timeout_s=3)
+    _MARKERS.append(res.marker)
+    assert res.timed_out and res.killed
+    assert time.monotonic() - t0 < 15
+    assert not [a for a in list_agents() if a.owner_pid == res.pid]  # its agent is gone
+    assert len(res.killed) >= 3  # CLI, agent, launcher/app at least
+    assert not marked_processes(res.marker)
+    for pid in res.killed:
+        info = nsys_cli.proc_info(pid)
+        assert info is None or info.state in ("Z", "X"), info
+    # the capture stream the killed CLI held open was deleted, like nsys would have done
+    assert any(re.search(r"/nsys-report-\w+\.qdstrm$", p) for p in res.removed_files)
+    leftovers = [f"/tmp/nsys_termination_status_{p}" for p in res.killed] + res.removed_files
+    assert not [p for p in leftovers if os.path.exists(p)]
+
+
+def test_reap_orphan_agents_ends_agent_of_dead_cli(nsys_exe, tmp_path):
+    marker = uuid.uuid4().hex
+    _MARKERS.append(marker)
+    env = dict(os.environ, **{nsys_cli.MARKER_ENV: marker})
+    cli = subprocess.Popen([nsys_exe, "profile", "-t", "nvtx,osrt", *NSYS_SAFE_OPTS, "-f",
+                            "true", "-o", str(tmp_path / "orphan"), sys.executable, "-c",
+                            "import time; time.sleep(60)"], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    temps = set()
+    try:
+        deadline = time.monotonic() + 20
+        while not temps and time.monotonic() < deadline:  # collecting: stream file open
+            mine = [a for a in list_agents() if a.owner_pid == cli.pid]
+            temps = nsys_cli._nsys_temp_files(a.pid for a in mine)
+            time.sleep(0.1)
+        assert temps, "nsys never started collecting"
+        assert all(a.ppid == 1 or a.ppid != cli.pid for a in mine)  # daemonised
+        assert cli.pid not in {a.owner_pid for a in nsys_cli.orphan_agents(0)}, "live: no orphan"
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        reaped = reap_orphan_agents(older_than_s=0)
+        assert {a.pid for a in mine} <= {a.pid for a in reaped}
+        assert not [a for a in list_agents() if a.owner_pid == cli.pid]
+        assert not [p for p in temps if os.path.exists(p)]  # its stream went with it
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
+        for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
+            if os.path.exists(p):
+                os.unlink(p)
+    assert not marked_processes(marker)
+
+
+def test_dry_run(nsys_exe, tmp_path):
+    good = [nsys_exe, "profile", *CAPTURE_OPTS, "--capture-range-end=repeat:3", "-o",
+            str(tmp_path / "missing_dir" / "w_%p"), "-f", "true"]
+    assert dry_run(good, timeout_s=30) is None
+    assert not (tmp_path / "missing_dir").exists()
+    assert dry_run(["-t", "bogus", *NSYS_SAFE_OPTS], 30) == "Illegal --trace argument 'bogus'"
+    err = dry_run(["-t", "nvtx", *NSYS_SAFE_OPTS, "--capture-range-end=repeat:2"], 30)
+    assert err and "--capture-range-end" in err
+    assert "unrecognised option '--no-such-flag'" in dry_run(["--no-such-flag"], 30)
+
+
+# ------------------------------------------------------------------------------ exporting
+
+
+def test_export_sqlite_caches_and_is_concurrency_safe(one_window):
+    rep = one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep"
+    results, errors = [], []
+
+    def go():
+        try:
+            results.append(export_sqlite(rep, force=True))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(results)) == 1
+    sq = results[0]
+    assert sq == rep.with_name(rep.name.replace(".nsys-rep", ".sqlite"))
+    mtime = sq.stat().st_mtime_ns
+    t0 = time.monotonic()
+    assert export_sqlite(rep) == sq and sq.stat().st_mtime_ns == mtime  # cached
+    assert time.monotonic() - t0 < 0.5
+    assert not [n for n in os.listdir(rep.parent) if ".tmp." in n]
+
+
+def test_export_sqlite_truncated_report_is_a_clear_error(one_window, tmp_path):
+    rep = one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep"
+    bad = tmp_path / "truncated.nsys-rep"
+    bad.write_bytes(rep.read_bytes()[: rep.stat().st_size // 2])
+    t0 = time.monotonic()
+    with pytest.raises(NsysExportError) as err:
+        export_sqlite(bad, timeout_s=30)
+    assert time.monotonic() - t0 < 20
+    assert isinstance(err.value, ReportReadError)
+    assert "truncated.nsys-rep" in str(err.value) and "error" in str(err.value).lower()
+    assert sorted(os.listdir(tmp_path)) == ["truncated.nsys-rep"]
+    with pytest.raises(NsysExportError, match="cannot export"):
+        export_sqlite(tmp_path / "absent.nsys-rep")
+
+
+# -------------------------------------------------------------------------- sqlite reading
+
+
+def test_cpu_report_has_no_cuda_rows(one_window):
+    sq = export_sqlite(one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep")
+    assert read_cuda_kernels(sq) == [] and read_memcpy(sq) == []
+    bounds = report_time_bounds(sq)
+    assert bounds.utc_epoch_ns and bounds.end_ns > 0
+
+
+def test_corrupt_sqlite_raises_report_read_error(one_window, tmp_path):
+    sq = export_sqlite(one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep")
+    half = tmp_path / "half.sqlite"
+    half.write_bytes(sq.read_bytes()[: sq.stat().st_size // 3])
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 10)
+    for path in (half, junk, tmp_path / "absent.sqlite"):
+        with pytest.raises(ReportReadError):
+            read_nvtx_ranges(path)
+            report_time_bounds(path)
+
+
+def test_cuda_readers_on_2022_4_schema(one_window, tmp_path):
+    """CUPTI tables cannot be produced without a GPU: add them, with the columns nsys 2022.4's
+    own gputrace.py reads, to a real export and read them back."""
+    sq = export_sqlite(one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep")
+    gpu = tmp_path / "gpu.sqlite"
+    shutil.copy(sq, gpu)
+    con = sqlite3.connect(gpu)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, "
+                "deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,"
+                " globalPid INTEGER, demangledName INTEGER, shortName INTEGER, gridX INTEGER, "
+                "gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, "
+                "deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,"
+                " globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, "
+                "dstKind INTEGER)")
+    con.execute("INSERT INTO StringIds VALUES (900001, 'ampere_sgemm_128x64_nn')")
+    con.execute("INSERT INTO StringIds VALUES (900002, 'ampere_sgemm')")
+    gpid = (4242 << 24)
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES "
+                "(200, 900, 0, 1, 7, 11, ?, 900001, 900002, 64, 1, 1, 128, 1, 1)", (gpid,))
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES "
+                "(100, 150, 0, 1, 7, 10, ?, 4096, 1, 0, 2)", (gpid,))
+    con.commit()
+    con.close()
+    (k,) = read_cuda_kernels(gpu)
+    assert (k.name, k.start_ns, k.end_ns, k.duration_ns, k.stream_id, k.pid, k.grid) == (
+        "ampere_sgemm_128x64_nn", 200, 900, 700, 7, 4242, (64, 1, 1))
+    (m,) = read_memcpy(gpu)
+    assert (m.copy_kind, m.bytes, m.src_kind, m.dst_kind, m.pid) == (
+        "Host-to-Device", 4096, "Pageable", "Device", 4242)
+
+
+# --------------------------------------------------------------------------- waiting edges
+
+
+def test_wait_for_reports_reports_missing_and_pending(tmp_path):
+    empty = tmp_path / "w_1.nsys-rep"
+    empty.touch()  # a report nsys started but never filled
+    t0 = time.monotonic()
+    res = wait_for_reports([str(tmp_path / "w_*.nsys-rep"), tmp_path / "other.nsys-rep"],
+                           expected_count=2, timeout_s=1.0, poll_s=0.2)
+    assert 1.0 <= time.monotonic() - t0 < 5
+    assert not res.complete and res.found == []
+    assert res.pending == [empty.resolve()]
+    assert str(tmp_path / "other.nsys-rep") in res.missing

@@ -1,0 +1,46 @@
+"""Pure helpers of verlprof.backends.nsys_cli (no nsys needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verlprof.backends import nsys_cli
+
+
+def test_parse_version():
+    assert nsys_cli.parse_nsys_version(
+        "NVIDIA Nsight Systems version 2022.4.2.1-df9881f") == "2022.4.2.1"
+    assert nsys_cli.parse_nsys_version("NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0"
+                                       ) == "2025.3.1.90"
+    assert nsys_cli.parse_nsys_version("garbage") is None
+    assert nsys_cli.version_tuple("2022.4.2.1") == (2022, 4, 2, 1)
+
+
+def test_sqlite_path_for():
+    assert nsys_cli.sqlite_path_for("/a/worker_12.3.nsys-rep") == Path("/a/worker_12.3.sqlite")
+    assert nsys_cli.sqlite_path_for("/a/b.nsys-rep") == Path("/a/b.sqlite")
+
+
+def test_strip_output_options():
+    opts = ["-t", "nvtx", "-o", "x", "--output=y", "-f", "true", "--force-overwrite=true",
+            "--output", "z", "-c", "nvtx"]
+    assert nsys_cli._strip_output_options(opts) == ["-t", "nvtx", "-c", "nvtx"]
+
+
+def test_first_error_line_skips_progress_and_usage():
+    stderr = ("Illegal --trace argument 'bogus'\nPossible --trace values are ...\n\n"
+              "usage: nsys profile [<args>] [application] [<application args>]\n"
+              "Try 'nsys profile --help' for more information.\n")
+    assert nsys_cli.first_error_line(stderr) == "Illegal --trace argument 'bogus'"
+    progress = "Exporting 206 events: [===50%   ]\rExporting 206 events: [====100%]\n"
+    assert nsys_cli.first_error_line(progress + "Exportation error: Cannot read from stream.",
+                                     failed=True) == "Exportation error: Cannot read from stream."
+    assert nsys_cli.first_error_line("WARNING: CUDA memory usage will not be collected",
+                                     failed=False) is None
+    assert nsys_cli.first_error_line("", failed=True) is None
+
+
+def test_agent_session_pid_parsing():
+    assert nsys_cli._SESSION_PID_RE.match("profile-python-5517").group(1) == "5517"
+    assert nsys_cli._SESSION_PID_RE.match("profile-my-app-1-77").group(1) == "77"
+    assert nsys_cli._SESSION_PID_RE.match("mysession") is None

@@ -1,0 +1,225 @@
+"""Summary outputs on synthetic data: the 8 ranks × 7 phases × 3 steps picture, CSV, Markdown,
+HTML, the facade on a torch-only directory, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+
+import pytest
+from rich.console import Console
+
+from verlprof.manifest import Manifest, ReportEntry, write_manifest
+from verlprof.report import summarize
+from verlprof.report.cli import main as report_main
+from verlprof.report.model import LoadResult, PhaseRecord, Problem, StepSpan, Window
+from verlprof.report.summary import analyse, write_outputs
+
+MS = 1_000_000
+T0 = 1_790_000_000 * 10**9
+# (group, role, phase, ms) in the order a PPO step runs them
+PPO = (("actor_rollout_ref", "rollout", "generate_sequences", 300),
+       ("actor_rollout_ref", "actor", "compute_log_prob", 80),
+       ("actor_rollout_ref", "ref", "compute_ref_log_prob", 70),
+       ("critic", "critic", "compute_values", 60),
+       ("rm", "rm", "compute_rm_score", 50),
+       ("critic", "critic", "update_critic", 150),
+       ("actor_rollout_ref", "actor", "update_actor", 200))
+
+
+def _read(path, mode="r"):
+    with open(path, mode) as handle:
+        return handle.read()
+
+
+def synthetic(ranks=8, steps=3, straggler=(2, "critic", 5, "update_critic")):
+    records, spans, windows = [], [], []
+    t = T0
+    for step in range(1, steps + 1):
+        step_start = t
+        for group, role, phase, ms in PPO:
+            longest = 0
+            records.append(PhaseRecord(step, "controller", 0, "controller", phase, t,
+                                       t + (ms + 40) * MS))
+            for rank in range(ranks):
+                dur = (ms + 3 * rank) * MS
+                if (step, group, rank, phase) == straggler:
+                    dur = 3 * ms * MS
+                start = t + 2 * MS
+                records.append(PhaseRecord(step, group, rank, role, phase, start, start + dur,
+                                           report_path=f"step{step:04d}/{group}/rank{rank}/x",
+                                           host=f"node{rank // 4}"))
+                longest = max(longest, dur)
+            t += longest + 10 * MS
+        spans.append(StepSpan(step, step_start, t, "controller"))
+        for group in ("actor_rollout_ref", "critic", "rm"):
+            windows += [Window(group, rank, step_start, t) for rank in range(ranks)]
+        t += 400 * MS
+    return LoadResult(records=tuple(records), steps=tuple(spans), windows=tuple(windows),
+                      problems=(Problem("missing", (3,), "rm", 7, "rm", "step0003/rm/rank7/x",
+                                        "process died"),))
+
+
+def fake_manifest(out):
+    return Manifest(tool="nsys", output_dir=str(out), step_windows=((1,), (2,), (3,)),
+                    reports=())
+
+
+def test_big_picture_and_files(tmp_path):
+    summary = analyse(str(tmp_path), fake_manifest(tmp_path), synthetic())
+    assert [(s.step, s.group, s.phase, s.rank) for s in summary.stragglers] == \
+        [(2, "critic", "update_critic", 5)]
+    written = write_outputs(summary)
+    png = _read(written["timeline.png"], "rb")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width >= 1500 and height >= 900  # 25 lanes: the figure grows with the lanes
+    html = _read(written["timeline.html"])
+    assert html.count("critic r") >= 8 and "compute_rm_score" in html and "</script>" in html
+    with open(written["summary.csv"]) as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 3 * (7 + 7 * 8)
+    flagged = [(r["step"], r["group"], r["rank"], r["phase"]) for r in rows
+               if r["straggler"] == "1"]
+    assert flagged == [("2", "critic", "5", "update_critic")]
+    first = rows[0]
+    assert first["group"] == "controller" and first["start_s"] == "0.000000"
+    md = _read(written["summary.md"])
+    assert md.count("### step ") == 3 and "| 2 | critic | critic/update_critic | 5 | node1 |" in md
+    assert "| missing | 3 | rm | 7 |" in md and "process died" in md
+    assert "**450.0!**" in md
+
+
+def test_small_picture_is_small(tmp_path):
+    summary = analyse(str(tmp_path), fake_manifest(tmp_path), synthetic(ranks=1, steps=1))
+    from verlprof.report.timeline import build_timeline
+    from verlprof.report.timeline_png import write_png
+
+    data = build_timeline(summary.records, summary.steps, summary.windows, [], summary.t0_ns)
+    assert data.lanes == ("controller", "actor_rollout_ref r0", "critic r0", "rm r0")
+    png = _read(write_png(data, str(tmp_path / "t.png")), "rb")
+    assert 300 <= int.from_bytes(png[20:24], "big") <= 500
+
+
+def _trace(path, base, phases):
+    events = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1,
+               "ts": s, "dur": d} for n, s, d in phases]
+    with gzip.open(path, "wt") as handle:
+        json.dump({"baseTimeNanoseconds": base, "traceEvents": events}, handle)
+
+
+def test_summarize_torch_dir_with_missing_and_corrupt(tmp_path):
+    entries = []
+    for rank, slow in ((0, 100.0), (1, 100.0), (2, 900.0), (3, 110.0)):
+        rel = f"step0001/actor_rollout_ref/rank{rank}/r{rank}.pt.trace.json.gz"
+        os.makedirs(tmp_path / os.path.dirname(rel))
+        _trace(tmp_path / rel, T0, [("actor/update_actor", 0.0, slow * 1000),
+                                    ("rollout/generate_sequences", 200_000.0, 50_000.0)])
+        entries.append(ReportEntry(steps=(1,), group="actor_rollout_ref", rank=rank,
+                                   component="actor_rollout_ref", backend="torch", path=rel,
+                                   status="incomplete" if rank == 3 else "ok",
+                                   reason="window still open at shutdown" if rank == 3
+                                   else None))
+    (tmp_path / "corrupt.pt.trace.json.gz").write_bytes(b"\x1f\x8b garbage")
+    entries.append(ReportEntry(steps=(1,), group="critic", rank=0, component="critic",
+                               backend="torch", path="corrupt.pt.trace.json.gz", status="ok"))
+    entries.append(ReportEntry(steps=(1,), group="critic", rank=1, component="critic",
+                               backend="torch", path="nothere.pt.trace.json.gz",
+                               status="missing", reason="worker crashed"))
+    entries.append(ReportEntry(steps=(1,), group="rm", rank=0, component="rm",
+                               backend="rocprof_sys", path="rm.rocprof-sys", status="ok"))
+    write_manifest(Manifest(tool="torch", output_dir=str(tmp_path), step_windows=((1,),),
+                            reports=tuple(entries)), str(tmp_path))
+    console = Console(file=io.StringIO(), width=120)
+    summary = summarize(str(tmp_path), console=console, picture=False)
+    assert [(s.rank, s.phase) for s in summary.stragglers] == [(2, "update_actor")]
+    assert len(summary.rows) == 8  # the incomplete but readable report is summarised too
+    assert {(p.kind, p.group, p.rank) for p in summary.missing} == {
+        ("unreadable", "critic", 0), ("missing", "critic", 1), ("skipped", "rm", 0),
+        ("incomplete", "actor_rollout_ref", 3)}
+    assert set(summary.paths) == {"summary.csv", "summary.md"}
+    text = console.file.getvalue()
+    assert "900.0!" in text and "worker crashed" in text and "rocprof_sys" in text
+
+
+def test_nothing_readable_still_writes_everything(tmp_path):
+    entry = ReportEntry(steps=(1,), group="critic", rank=0, component="critic", backend="nsys",
+                        path="x.nsys-rep", status="missing", reason="never started")
+    write_manifest(Manifest(tool="nsys", output_dir=str(tmp_path), step_windows=((1,),),
+                            reports=(entry,)), str(tmp_path))
+    summary = summarize(str(tmp_path), console=Console(file=io.StringIO()))
+    assert not summary.records and len(summary.missing) == 1
+    assert set(summary.paths) == {"summary.csv", "summary.md", "timeline.png", "timeline.html"}
+    assert all(os.path.getsize(p) > 0 for p in summary.paths.values())
+
+
+def test_summarize_rejects_bad_settings_and_dirs(tmp_path):
+    with pytest.raises(ValueError, match="no manifest"):
+        summarize(str(tmp_path), console=Console(file=io.StringIO()))
+    with pytest.raises(ValueError, match="threshold"):
+        summarize(str(tmp_path), threshold=0)
+    with pytest.raises(ValueError, match="not a directory"):
+        summarize(str(tmp_path / "nope"))
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    assert report_main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a directory" in err
+    (tmp_path / "manifest.json").write_text("{broken")
+    assert report_main([str(tmp_path)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    write_manifest(Manifest(tool="nsys", output_dir=str(tmp_path), step_windows=(),
+                            reports=()), str(tmp_path))
+    assert report_main([str(tmp_path), "--no-picture", "--jobs", "1"]) == 0
+    assert "summary.md" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path), "--threshold", "-1"])
+    assert exit_info.value.code == 2
+
+
+NODE_DOM_STUB = r"""
+const html = require("fs").readFileSync(process.argv[1], "utf8");
+const script = html.split("<script>")[1].split("</script>")[0];
+function mk(tag) {
+  return {tag, attrs: {}, children: [], innerHTML: "", textContent: "", value: "1",
+    clientWidth: 1200, setAttribute(k, v) { this.attrs[k] = v; },
+    appendChild(c) { this.children.push(c); }, addEventListener() {}};
+}
+const els = {};
+global.document = {createElementNS: (ns, tag) => mk(tag),
+  getElementById: id => els[id] || (els[id] = mk(id))};
+global.window = {addEventListener() {}};
+eval(script);
+const kids = els.tl.children, bars = kids.filter(c => c.attrs.class === "bar");
+console.log(JSON.stringify({bars: bars.length,
+  windows: kids.filter(c => c.tag === "rect" && c.attrs.fill === "#eee").length,
+  zero: kids.filter(c => c.tag === "rect" && !(parseFloat(c.attrs.width) > 0)).length,
+  stragglers: bars.filter(b => b.attrs.stroke === "#d00000").length,
+  steps: kids.filter(c => c.tag === "text" && c.textContent.startsWith("step ")).length}));
+"""
+
+
+def test_html_script_draws_every_bar(tmp_path):
+    """Run the page's JavaScript under node with a tiny DOM stub (skipped without node)."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("node not installed")
+    summary = analyse(str(tmp_path), fake_manifest(tmp_path), synthetic())
+    from verlprof.report.timeline import build_timeline
+    from verlprof.report.timeline_html import write_html
+
+    data = build_timeline(summary.records, summary.steps, summary.windows, summary.stragglers,
+                          summary.t0_ns)
+    page = write_html(data, str(tmp_path / "t.html"))
+    out = subprocess.run([node, "-e", NODE_DOM_STUB, page], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"bars": 3 * (7 + 7 * 8), "windows": 3 * 3 * 8, "zero": 0,
+                                      "stragglers": 1, "steps": 3}

@@ -1,0 +1,97 @@
+"""``verlprof report OUTPUT_DIR [--threshold X] [--min-excess-ms MS] [--jobs N] [--no-picture]``.
+
+Wire into the main parser with ``add_report_subcommand(subparsers)`` and dispatch
+``args.command == "report"`` to ``run_report_command(args)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from verlprof.report.stragglers import DEFAULT_MIN_EXCESS_MS, DEFAULT_THRESHOLD
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
+    """Add ``report`` to an ``add_subparsers()`` object; returns the new parser."""
+    parser = subparsers.add_parser(
+        "report", help="summarise a profiled run: per-step tables, stragglers, timeline",
+        description="Read every report listed in OUTPUT_DIR/manifest.json and write "
+                    "summary/summary.csv, summary.md, timeline.png and timeline.html.")
+    parser.add_argument("output_dir", metavar="OUTPUT_DIR",
+                        help="the run's output directory (holds manifest.json)")
+    parser.add_argument("--threshold", type=_positive_float, default=DEFAULT_THRESHOLD,
+                        metavar="X", help="flag a rank slower than X × the median of the other "
+                        f"ranks (default {DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--min-excess-ms", type=_non_negative_float,
+                        default=DEFAULT_MIN_EXCESS_MS, metavar="MS",
+                        help="...and at least MS milliseconds slower "
+                        f"(default {DEFAULT_MIN_EXCESS_MS:g})")
+    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                        help="reports read in parallel (default: one per core)")
+    parser.add_argument("--no-picture", dest="picture", action="store_false",
+                        help="skip timeline.png and timeline.html")
+    return parser
+
+
+def run_report_command(args: argparse.Namespace) -> int:
+    """Summarise ``args.output_dir``; 0 on success, 2 with one line on stderr for a bad dir."""
+    from verlprof.report.summary import summarize
+
+    try:
+        summarize(args.output_dir, threshold=args.threshold,
+                  min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
+                  jobs=args.jobs, picture=args.picture)
+    except ValueError as err:
+        print(f"verlprof: report: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # the summary directory cannot be written
+        print(f"verlprof: report: cannot write the summary: {err}", file=sys.stderr)
+        return 1
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    """Standalone entry (``python -m verlprof.report.cli OUTPUT_DIR``), for tests and scripts."""
+    parser = argparse.ArgumentParser(prog="verlprof")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_report_subcommand(sub)
+    rest = sys.argv[1:] if argv is None else list(argv)
+    return run_report_command(parser.parse_args(["report", *rest]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

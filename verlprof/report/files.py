@@ -1,0 +1,124 @@
+"""``summary/summary.csv`` (long form, one row per step/group/rank/role/phase) and
+``summary/summary.md`` (per-step tables, stragglers, missing and unreadable reports).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+from verlprof.report.matrix import StepTable, ms, step_tables
+
+if TYPE_CHECKING:
+    from verlprof.report.summary import Summary
+
+CSV_NAME = "summary.csv"
+MD_NAME = "summary.md"
+CSV_COLUMNS = (
+    "step", "group", "rank", "role", "phase", "calls", "duration_ms", "duration_ns", "start_s",
+    "kernel_ms", "kernel_count", "memcpy_ms", "straggler", "host", "report",
+)
+"""Columns of summary.csv. ``start_s``: first call's start in seconds from the first event of
+the run (the timeline's zero); GPU columns are empty when the report had no GPU data;
+``straggler`` is 1 on a flagged row."""
+
+
+def _opt_ms(ns: Optional[int]) -> str:
+    return "" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def write_csv(summary: Summary, path: str) -> str:
+    flagged = {(s.step, s.group, s.role, s.phase, s.rank) for s in summary.stragglers}
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for row in summary.rows:
+            writer.writerow([
+                row.step, row.group, row.rank, row.role, row.phase, row.calls,
+                f"{row.duration_ns / 1e6:.3f}", row.duration_ns,
+                f"{(row.start_ns - summary.t0_ns) / 1e9:.6f}",
+                _opt_ms(row.kernel_ns), "" if row.kernel_count is None else row.kernel_count,
+                _opt_ms(row.memcpy_ns),
+                int((row.step, row.group, row.role, row.phase, row.rank) in flagged),
+                row.host, row.report_path])
+    return path
+
+
+def _md_escape(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[object]],
+              numeric: Sequence[int] = ()) -> List[str]:
+    align = ["---:" if i in numeric else "---" for i in range(len(header))]
+    out = ["| " + " | ".join(_md_escape(h) for h in header) + " |",
+           "| " + " | ".join(align) + " |"]
+    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _md_step(table: StepTable) -> List[str]:
+    rows = [[f"**{c.text}**" if c.flagged else c.text for c in line] for line in table.rows]
+    numeric = range(table.numeric_from, len(table.header))
+    return [f"### {table.title}", ""] + _md_table(table.header, rows, numeric) + [""]
+
+
+def render_md(summary: Summary) -> str:
+    s = summary
+    counts = {}
+    for entry in s.manifest.reports:
+        counts[entry.status] = counts.get(entry.status, 0) + 1
+    lines = ["# verlprof summary", "",
+             f"- output dir: `{s.output_dir}`",
+             f"- tool: {s.manifest.tool}; reports: {len(s.manifest.reports)} "
+             f"({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))})",
+             f"- phase records: {len(s.records)}; times in ms unless noted", ""]
+    if s.steps:
+        lines += ["## Steps", ""]
+        lines += _md_table(["step", "start s", "duration s", "from"],
+                           [[sp.step, f"{(sp.start_ns - s.t0_ns) / 1e9:.3f}",
+                             f"{sp.duration_ns / 1e9:.3f}", sp.source] for sp in s.steps], (1, 2))
+        lines.append("")
+    lines += ["## Phases per step and rank (ms)", "",
+              "Cells are the phase's time on that rank; `×n` = n calls summed; "
+              "**bold!** = straggler.", ""]
+    for table in step_tables(s.rows, s.spreads, s.stragglers, s.steps):
+        lines += _md_step(table)
+    lines += ["## Stragglers", "",
+              f"Rule: slowest rank > {s.threshold:g} × median of the other ranks and at least "
+              f"{s.min_excess_ms:g} ms slower.", ""]
+    if s.stragglers:
+        lines += _md_table(
+            ["step", "group", "phase", "rank", "host", "ms", "others median ms", "ratio"],
+            [[x.step, x.group, x.name, x.rank, x.host, ms(x.duration_ns), ms(x.others_median_ns),
+              f"{x.ratio:.2f}"] for x in s.stragglers], (3, 5, 6, 7))
+    else:
+        lines.append("None.")
+    lines += ["", "## Missing, incomplete and unreadable reports", ""]
+    if s.missing:
+        lines += _md_table(
+            ["status", "steps", "group", "rank", "component", "path", "reason"],
+            [[p.kind, ",".join(map(str, p.steps)), p.group, p.rank, p.component, f"`{p.path}`",
+              p.reason] for p in s.missing])
+    else:
+        lines.append("None: every expected report was read.")
+    if s.notes:
+        lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in s.notes]
+    pictures = [name for name in ("timeline.png", "timeline.html") if name in s.paths]
+    if pictures:
+        lines += ["", "## Timeline", ""]
+        if "timeline.png" in s.paths:
+            lines.append("![timeline](timeline.png)")
+        if "timeline.html" in s.paths:
+            lines.append("Interactive: [timeline.html](timeline.html)")
+    return "\n".join(lines) + "\n"
+
+
+def write_md(summary: Summary, path: str) -> str:
+    text = render_md(summary)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,270 @@
+"""Read every report of an output directory, in parallel, into step-assigned phase records.
+
+Reading is the expensive part (``nsys export`` runs once per report; its sqlite is cached next
+to the report), so reports are read by a process pool with ``jobs`` workers, default one per
+core when there is enough uncached work to pay for starting them (see :func:`read_reports`).
+A report that cannot be read becomes a :class:`Problem` of kind ``unreadable``; it never stops
+the others.
+
+Step assignment. A report covering one step gives that step to all its ranges. A report
+covering several steps (a continuous window) assigns each range, in order of preference, to:
+the report's own step marks (``step/<n>``, ``ProfilerStep#<n>``) when they name every step of
+the window; the controller's ``step/<n>`` ranges (absolute time); the k-th call of the same
+phase to the k-th step when the call count equals the step count; else the window's first step
+(with a note).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from verlprof import paths
+from verlprof.manifest import (
+    STATUS_INCOMPLETE,
+    STATUS_MISSING,
+    STATUS_OK,
+    Manifest,
+    ReportEntry,
+)
+from verlprof.nvtx import CAPTURE_RANGE
+from verlprof.report.model import (
+    CONTROLLER_GROUP,
+    CONTROLLER_ROLE,
+    PROBLEM_INCOMPLETE,
+    PROBLEM_MISSING,
+    PROBLEM_SKIPPED,
+    PROBLEM_UNREADABLE,
+    LoadResult,
+    PhaseRecord,
+    Problem,
+    RawRange,
+    ReportData,
+    StepMark,
+    StepSpan,
+    Window,
+)
+
+READERS = ("nsys", "torch")
+"""Backends whose reports are summarised."""
+STEP_PREFIX = "step/"
+"""Controller range naming a training step: ``step/<n>``."""
+DEFAULT_EXPORT_TIMEOUT_S = 300.0
+POOL_MIN_BYTES = 16 << 20
+"""Uncached work below which reports are read in-process (the pool's start-up dominates)."""
+
+Task = Tuple[int, str, str, Optional[int], float]
+"""(entry index, absolute report path, backend, window start ns, export timeout)."""
+
+
+def read_one(task: Task) -> ReportData:
+    """Read one report (runs in a pool worker). Never raises."""
+    index, path, backend, window_start_ns, timeout = task
+    try:
+        if backend == "torch":
+            from verlprof.report.read_torch import read_torch_trace
+
+            return read_torch_trace(path, index=index, fallback_start_ns=window_start_ns)
+        from verlprof.report.read_nsys import read_nsys_report
+
+        return read_nsys_report(path, index=index, timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - a reader bug must not stop the other reports
+        return ReportData(index=index, error=f"{type(err).__name__}: {err}")
+
+
+def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None) -> List[ReportData]:
+    """Read all tasks; results in task order.
+
+    ``jobs`` > 1: that many pool processes. ``jobs`` None: one per core, but only when the
+    uncached work (nsys reports without a fresh sqlite, torch traces) is at least
+    :data:`POOL_MIN_BYTES`: below that, starting the workers costs more than it saves.
+    """
+    if not tasks:
+        return []
+    if jobs is None:
+        jobs = (os.cpu_count() or 1) if _work_bytes(tasks) >= POOL_MIN_BYTES else 1
+    jobs = max(1, min(jobs, len(tasks)))
+    if jobs == 1:
+        return [read_one(task) for task in tasks]
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+            return list(pool.map(read_one, tasks))
+    except (BrokenProcessPool, RuntimeError, OSError):
+        # workers could not start (e.g. spawn from a script without a __main__ guard, or no
+        # processes left): read in this process instead; slower, same result
+        return [read_one(task) for task in tasks]
+
+
+def _pool_context():
+    """``fork`` when this process has a single thread (fast, nothing re-imported; the CLI),
+    else ``spawn`` (forking a process with threads, e.g. after Ray started, can deadlock)."""
+    return get_context("fork" if threading.active_count() == 1 else "spawn")
+
+
+def _work_bytes(tasks: Sequence[Task]) -> int:
+    from verlprof.backends.nsys_cli import sqlite_path_for
+
+    total = 0
+    for _, path, backend, _, _ in tasks:
+        try:
+            size, mtime = os.path.getsize(path), os.path.getmtime(path)
+            if backend == "nsys":
+                cached = sqlite_path_for(path)
+                if os.path.isfile(cached) and os.path.getmtime(cached) >= mtime:
+                    continue
+            total += size
+        except OSError:
+            continue
+    return total
+
+
+def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
+         export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S) -> LoadResult:
+    """Read every readable report of ``manifest`` and normalise it."""
+    problems: List[Problem] = []
+    tasks: List[Task] = []
+    for index, entry in enumerate(manifest.reports):
+        if entry.status == STATUS_MISSING:
+            problems.append(_problem(PROBLEM_MISSING, entry, entry.reason or "no report"))
+            continue
+        if entry.status == STATUS_INCOMPLETE:
+            problems.append(_problem(PROBLEM_INCOMPLETE, entry,
+                                     entry.reason or "report cut short"))
+        elif entry.status != STATUS_OK:
+            problems.append(_problem(PROBLEM_UNREADABLE, entry,
+                                     f"unknown manifest status {entry.status!r}"))
+            continue
+        if entry.backend not in READERS:
+            problems.append(_problem(PROBLEM_SKIPPED, entry,
+                                     f"no reader for {entry.backend} reports; open it in its "
+                                     "own viewer"))
+            continue
+        try:
+            full = paths.inside(output_dir, entry.path)
+        except ValueError as err:
+            problems.append(_problem(PROBLEM_UNREADABLE, entry, str(err)))
+            continue
+        if not os.path.isfile(full):
+            problems.append(_problem(PROBLEM_UNREADABLE, entry,
+                                     "manifest says ok but the file is not there"))
+            continue
+        tasks.append((index, full, entry.backend, entry.window_start_ns, export_timeout))
+    began = time.monotonic()
+    datas = read_reports(tasks, jobs)
+    seconds = time.monotonic() - began
+    root = os.path.realpath(output_dir) + os.sep
+    for data in datas:
+        if data.error:  # paths relative to output_dir: the row already says which report
+            problems.append(_problem(PROBLEM_UNREADABLE, manifest.reports[data.index],
+                                     data.error.replace(root, "")))
+    good = [d for d in datas if not d.error]
+    records, steps, windows, notes = normalise(manifest.reports, good)
+    return LoadResult(records=tuple(records), steps=tuple(steps), windows=tuple(windows),
+                      problems=tuple(problems), notes=tuple(notes), read_seconds=seconds)
+
+
+def normalise(entries: Sequence[ReportEntry], datas: Sequence[ReportData]
+              ) -> Tuple[List[PhaseRecord], List[StepSpan], List[Window], List[str]]:
+    """Turn raw report data into records with steps, step spans and capture windows."""
+    notes: List[str] = []
+    controller_marks: Dict[int, StepMark] = {}
+    for data in datas:
+        if entries[data.index].group == CONTROLLER_GROUP:
+            for mark in data.marks:
+                controller_marks.setdefault(mark.step, mark)
+    records: List[PhaseRecord] = []
+    windows: List[Window] = []
+    for data in datas:
+        entry = entries[data.index]
+        if data.window is not None:
+            windows.append(Window(entry.group, entry.rank, data.window[0], data.window[1]))
+        phases = [r for r in data.ranges if _phase_name(r.name) is not None]
+        steps = _assign_steps(entry, phases, data.marks, controller_marks, notes)
+        for raw, step in zip(phases, steps):
+            role, phase = _phase_name(raw.name)  # type: ignore[misc]
+            if entry.group == CONTROLLER_GROUP and role != CONTROLLER_ROLE:
+                continue
+            records.append(PhaseRecord(
+                step=step, group=entry.group, rank=entry.rank, role=role, phase=phase,
+                start_ns=raw.start_ns, end_ns=raw.end_ns, kernel_ns=raw.kernel_ns,
+                kernel_count=raw.kernel_count, memcpy_ns=raw.memcpy_ns,
+                report_path=entry.path, host=entry.host, pid=entry.pid))
+    records.sort(key=lambda r: (r.start_ns, r.group, r.rank))
+    return records, _step_spans(controller_marks, records), windows, notes
+
+
+def _phase_name(name: str) -> Optional[Tuple[str, str]]:
+    if name == CAPTURE_RANGE or name.startswith(STEP_PREFIX) or "/" not in name:
+        return None
+    role, _, phase = name.partition("/")
+    if not role or not phase:
+        return None
+    return role, phase
+
+
+def _assign_steps(entry: ReportEntry, ranges: Sequence[RawRange], marks: Sequence[StepMark],
+                  controller: Dict[int, StepMark], notes: List[str]) -> List[int]:
+    window_steps = list(entry.steps) or [0]
+    if len(window_steps) == 1:
+        return [window_steps[0]] * len(ranges)
+    own = [m for m in marks if m.step in window_steps]
+    sources: List[List[StepMark]] = []
+    if own and {m.step for m in own} >= set(window_steps):
+        sources.append(own)
+    in_window = [m for s, m in controller.items() if s in window_steps]
+    if in_window:
+        sources.append(in_window)
+    by_order = _by_occurrence(ranges, window_steps)
+    out: List[int] = []
+    guessed = 0
+    for i, raw in enumerate(ranges):
+        middle = (raw.start_ns + raw.end_ns) // 2
+        step = next((m.step for source in sources for m in source
+                     if m.start_ns <= middle <= m.end_ns), None)
+        if step is None:
+            step = by_order[i]
+        if step is None:
+            step = window_steps[0]
+            guessed += 1
+        out.append(step)
+    if guessed:
+        notes.append(f"{entry.path}: {guessed} range(s) could not be placed in one of steps "
+                     f"{paths.step_text(window_steps)}; counted under step {window_steps[0]}")
+    return out
+
+
+def _by_occurrence(ranges: Sequence[RawRange], steps: Sequence[int]) -> List[Optional[int]]:
+    """k-th call of a name → k-th step, for names called exactly once per step."""
+    order: Dict[str, List[int]] = {}
+    for idx in sorted(range(len(ranges)), key=lambda j: ranges[j].start_ns):
+        order.setdefault(ranges[idx].name, []).append(idx)
+    out: List[Optional[int]] = [None] * len(ranges)
+    for indices in order.values():
+        if len(indices) == len(steps):
+            for k, idx in enumerate(indices):
+                out[idx] = steps[k]
+    return out
+
+
+def _step_spans(controller: Dict[int, StepMark], records: Sequence[PhaseRecord]
+                ) -> List[StepSpan]:
+    spans: Dict[int, StepSpan] = {
+        s: StepSpan(s, m.start_ns, m.end_ns, "controller") for s, m in controller.items()}
+    extent: Dict[int, Tuple[int, int]] = {}
+    for rec in records:
+        lo, hi = extent.get(rec.step, (rec.start_ns, rec.end_ns))
+        extent[rec.step] = (min(lo, rec.start_ns), max(hi, rec.end_ns))
+    for step, (lo, hi) in extent.items():
+        spans.setdefault(step, StepSpan(step, lo, hi, "records"))
+    return sorted(spans.values(), key=lambda s: (s.start_ns, s.step))
+
+
+def _problem(kind: str, entry: ReportEntry, reason: str) -> Problem:
+    return Problem(kind=kind, steps=tuple(entry.steps), group=entry.group, rank=entry.rank,
+                   component=entry.component, path=entry.path, reason=reason,
+                   backend=entry.backend, role=entry.role, phase=entry.phase)

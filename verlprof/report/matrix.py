@@ -1,0 +1,105 @@
+"""The compact view shared by the terminal and Markdown outputs: one table per step.
+
+Rows are (group, role/phase) in PPO order, columns are ranks (ms), then min / median / max
+across ranks; a straggler's cell is flagged. GPU columns (median kernel ms and count across
+ranks) appear only when some report had GPU data.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from verlprof.report.model import StepSpan
+from verlprof.report.stragglers import Straggler
+from verlprof.report.table import PhaseRow, Spread, group_order, has_gpu_data, phase_order
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class StepTable:
+    step: int
+    title: str
+    header: Tuple[str, ...]
+    rows: Tuple[Tuple[Cell, ...], ...]
+    numeric_from: int = 2
+    """Columns from this index on are right-aligned numbers."""
+
+
+def ms(ns: Optional[float], digits: int = 1) -> str:
+    """Nanoseconds as milliseconds text; ``-`` for None."""
+    return "-" if ns is None else f"{ns / 1e6:.{digits}f}"
+
+
+def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
+                stragglers: Sequence[Straggler], steps: Sequence[StepSpan],
+                per_rank: bool = True) -> List[StepTable]:
+    """One table per step with rows, in step order.
+
+    ``per_rank`` False (narrow terminals, many ranks): no column per rank; instead the number
+    of ranks and the slowest one (``r3!`` when it is a straggler) after min / median / max.
+    """
+    gpu = has_gpu_data(rows)
+    ranks = sorted({r.rank for r in rows})
+    flagged = {(s.step, s.group, s.role, s.phase, s.rank) for s in stragglers}
+    spread_of = {(s.step, s.group, s.role, s.phase): s for s in spreads}
+    span_of = {s.step: s for s in steps}
+    by_step: Dict[int, Dict[tuple, Dict[int, PhaseRow]]] = {}
+    for row in rows:
+        cell = by_step.setdefault(row.step, {}).setdefault((row.group, row.role, row.phase), {})
+        cell[row.rank] = row
+    rank_cols = ranks if per_rank else []
+    header = ["group", "phase"] + ([f"r{rank}" for rank in rank_cols] if per_rank else
+                                   ["ranks"]) + ["min", "median", "max"]
+    if not per_rank:
+        header.append("slowest")
+    if gpu:
+        header += ["kernel ms", "kernels"]
+    tables = []
+    for step in sorted(by_step):
+        lines = []
+        keys = sorted(by_step[step], key=lambda k: (group_order(k[0]), phase_order(k[2]), k[1]))
+        previous = None
+        for group, role, phase in keys:
+            members = by_step[step][(group, role, phase)]
+            label = phase if role == group else f"{role}/{phase}"
+            line = [Cell(group if group != previous else ""), Cell(label)]
+            previous = group
+            for rank in rank_cols:
+                row = members.get(rank)
+                if row is None:
+                    line.append(Cell(""))
+                    continue
+                mark = "!" if (step, group, role, phase, rank) in flagged else ""
+                calls = f" ×{row.calls}" if row.calls > 1 else ""
+                line.append(Cell(ms(row.duration_ns) + calls + mark, bool(mark)))
+            spread = spread_of[(step, group, role, phase)]
+            many = len(spread.ranks) > 1
+            if not per_rank:
+                line.append(Cell(str(len(spread.ranks))))
+            line += [Cell(ms(spread.min_ns) if many else ""),
+                     Cell(ms(spread.median_ns) if many else ""),
+                     Cell(ms(spread.max_ns) if many else "")]
+            if not per_rank:
+                slow = (step, group, role, phase, spread.slowest_rank) in flagged
+                line.append(Cell(f"r{spread.slowest_rank}" + ("!" if slow else "")
+                                 if many else "", slow))
+            if gpu:
+                kern = [r.kernel_ns for r in members.values() if r.kernel_ns is not None]
+                count = [r.kernel_count for r in members.values() if r.kernel_count is not None]
+                line += [Cell(ms(statistics.median(kern)) if kern else "-"),
+                         Cell(str(int(statistics.median(count))) if count else "-")]
+            lines.append(tuple(line))
+        span = span_of.get(step)
+        title = f"step {step}"
+        if span is not None:
+            title += f": {span.duration_ns / 1e9:.3f} s"
+            title += " (controller)" if span.source == "controller" else " (extent of phases)"
+        tables.append(StepTable(step=step, title=title, header=tuple(header), rows=tuple(lines)))
+    return tables

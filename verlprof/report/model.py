@@ -1,0 +1,165 @@
+"""The normalised record model every reader produces and every analysis consumes.
+
+Readers turn one report (nsys or torch) into a :class:`ReportData` of raw ranges with absolute
+wall-clock times (ns since the epoch), so that ranks of different processes and nodes line up
+on one timeline. :mod:`verlprof.report.load` then assigns each range to a training step and
+turns it into a :class:`PhaseRecord`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+CONTROLLER_GROUP = "controller"
+"""Manifest group of the controller's own report."""
+CONTROLLER_ROLE = "controller"
+"""Role of the controller's ``controller/<phase>`` ranges."""
+
+PROBLEM_MISSING = "missing"
+"""The manifest says the report never appeared."""
+PROBLEM_INCOMPLETE = "incomplete"
+"""The manifest says the report was cut short (it is still read when possible)."""
+PROBLEM_UNREADABLE = "unreadable"
+"""The report exists but could not be read (truncated, corrupt, export failed)."""
+PROBLEM_SKIPPED = "skipped"
+"""The report's backend has no reader (rocprof-sys)."""
+
+
+@dataclass(frozen=True)
+class RawRange:
+    """One named range read from a report, before step assignment."""
+
+    name: str
+    """Range text, e.g. ``actor/update_actor``, ``controller/generate_sequences``."""
+    start_ns: int
+    """Wall-clock start, ns since the epoch."""
+    end_ns: int
+    """Wall-clock end, ns since the epoch."""
+    kernel_ns: Optional[int] = None
+    """GPU kernel time attributed to the range; None when the report has no kernel table."""
+    kernel_count: Optional[int] = None
+    """Number of GPU kernels attributed to the range; None when no kernel table."""
+    memcpy_ns: Optional[int] = None
+    """GPU memcpy time attributed to the range; None when the report has no memcpy table."""
+
+
+@dataclass(frozen=True)
+class StepMark:
+    """A range that marks a training step inside a report (``step/<n>``, ``ProfilerStep#<n>``)."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What one reader got out of one report. ``error`` set means: unreadable, nothing else."""
+
+    index: int
+    """Index of the report's entry in ``manifest.reports``."""
+    ranges: Tuple[RawRange, ...] = ()
+    marks: Tuple[StepMark, ...] = ()
+    window: Optional[Tuple[int, int]] = None
+    """Extent of the capture window (``VERLPROF_CAPTURE``, or the trace's extent), wall clock."""
+    error: Optional[str] = None
+    """Why the report could not be read (one line)."""
+    seconds: float = 0.0
+    """Time spent reading it (export included)."""
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """One call of one phase on one rank, with absolute wall-clock times."""
+
+    step: int
+    """Training step (1-indexed, the trainer's global step)."""
+    group: str
+    """Worker group (``actor_rollout_ref``, ``critic``, ``rm``) or ``controller``."""
+    rank: int
+    """Rank in the group (0 for the controller)."""
+    role: str
+    """Role that ran the phase (``actor``, ``rollout``, ``ref``, ``critic``, ``rm``,
+    ``controller``)."""
+    phase: str
+    """Phase (worker method) name, e.g. ``update_actor``."""
+    start_ns: int
+    """Wall-clock start, ns since the epoch."""
+    end_ns: int
+    """Wall-clock end, ns since the epoch."""
+    kernel_ns: Optional[int] = None
+    """GPU kernel time inside the phase; None when the report has no kernel data."""
+    kernel_count: Optional[int] = None
+    """GPU kernels inside the phase; None when the report has no kernel data."""
+    memcpy_ns: Optional[int] = None
+    """GPU memcpy time inside the phase; None when the report has no memcpy data."""
+    report_path: str = ""
+    """Report the record came from, relative to output_dir."""
+    host: str = ""
+    pid: int = 0
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def name(self) -> str:
+        """``<role>/<phase>``."""
+        return f"{self.role}/{self.phase}"
+
+
+@dataclass(frozen=True)
+class StepSpan:
+    """Where a step starts and ends on the common timeline."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    source: str
+    """``controller`` (its ``step/<n>`` range) or ``records`` (extent of the step's records)."""
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class Window:
+    """A capture window of one lane (group, rank), drawn behind its phases."""
+
+    group: str
+    rank: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A report the summary lacks or had to read with care, and why."""
+
+    kind: str
+    """``missing``, ``incomplete``, ``unreadable`` or ``skipped``."""
+    steps: Tuple[int, ...]
+    group: str
+    rank: int
+    component: str
+    path: str
+    """Report path relative to output_dir."""
+    reason: str
+    backend: str = ""
+    role: Optional[str] = None
+    phase: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Everything read from one output directory."""
+
+    records: Tuple[PhaseRecord, ...]
+    steps: Tuple[StepSpan, ...]
+    windows: Tuple[Window, ...]
+    problems: Tuple[Problem, ...]
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+    """Non-fatal remarks (e.g. a range whose step could only be guessed)."""
+    read_seconds: float = 0.0

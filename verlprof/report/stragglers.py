@@ -1,0 +1,74 @@
+"""Stragglers: the rank that makes the others wait in one (step, phase).
+
+For every (step, group, role, phase) run by at least two ranks, the slowest rank is flagged
+when its duration exceeds ``threshold`` × the median of the *other* ranks **and** exceeds it
+by at least ``min_excess_ms``. The median of the others (not of all) keeps one slow rank from
+raising its own bar; the absolute floor keeps millisecond jitter on short phases from being
+flagged. Only the slowest rank of a cell can be flagged, so one row per cell at most.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Sequence
+
+from verlprof.report.table import PhaseRow, group_order, phase_order
+
+DEFAULT_THRESHOLD = 1.5
+"""Flag when slowest > threshold × median of the other ranks..."""
+DEFAULT_MIN_EXCESS_MS = 20.0
+"""...and slowest - that median >= this many milliseconds."""
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank flagged as the straggler of one (step, group, role, phase)."""
+
+    step: int
+    group: str
+    role: str
+    phase: str
+    rank: int
+    duration_ns: int
+    others_median_ns: int
+    """Median duration of the other ranks of the same cell."""
+    ratio: float
+    """duration / others_median (inf when the others took no time)."""
+    host: str = ""
+
+    @property
+    def excess_ns(self) -> int:
+        return self.duration_ns - self.others_median_ns
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}/{self.phase}"
+
+
+def find_stragglers(rows: Sequence[PhaseRow], threshold: float = DEFAULT_THRESHOLD,
+                    min_excess_ms: float = DEFAULT_MIN_EXCESS_MS) -> List[Straggler]:
+    """Flag the slowest rank of every multi-rank cell that passes both tests."""
+    if threshold <= 0:
+        raise ValueError(f"straggler threshold must be positive, got {threshold}")
+    if min_excess_ms < 0:
+        raise ValueError(f"straggler minimum excess must be >= 0 ms, got {min_excess_ms}")
+    min_excess_ns = int(min_excess_ms * 1e6)
+    cells: Dict[tuple, List[PhaseRow]] = {}
+    for row in rows:
+        cells.setdefault((row.step, row.group, row.role, row.phase), []).append(row)
+    out = []
+    for (step, group, role, phase), members in cells.items():
+        if len(members) < 2:
+            continue
+        slowest = max(members, key=lambda r: (r.duration_ns, -r.rank))
+        others = [r.duration_ns for r in members if r is not slowest]
+        median = statistics.median(others)
+        excess = slowest.duration_ns - median
+        if slowest.duration_ns > threshold * median and excess >= min_excess_ns:
+            ratio = slowest.duration_ns / median if median > 0 else float("inf")
+            out.append(Straggler(step=step, group=group, role=role, phase=phase,
+                                 rank=slowest.rank, duration_ns=slowest.duration_ns,
+                                 others_median_ns=int(median), ratio=ratio, host=slowest.host))
+    out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role))
+    return out

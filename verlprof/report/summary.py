@@ -1,0 +1,130 @@
+"""``summarize(output_dir)``: read, analyse, print and write every summary file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+from rich.console import Console
+
+from verlprof import paths
+from verlprof.manifest import Manifest, read_manifest
+from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S, load
+from verlprof.report.model import LoadResult, PhaseRecord, Problem, StepSpan, Window
+from verlprof.report.stragglers import (
+    DEFAULT_MIN_EXCESS_MS,
+    DEFAULT_THRESHOLD,
+    Straggler,
+    find_stragglers,
+)
+from verlprof.report.table import PhaseRow, Spread, build_rows, build_spreads
+
+PNG_NAME = "timeline.png"
+HTML_NAME = "timeline.html"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``verlprof report`` found in one output directory."""
+
+    output_dir: str
+    manifest: Manifest
+    records: Tuple[PhaseRecord, ...]
+    """Every phase call, wall-clock times, sorted by start."""
+    rows: Tuple[PhaseRow, ...]
+    """One per (step, group, rank, role, phase): calls summed (summary.csv)."""
+    spreads: Tuple[Spread, ...]
+    """Min/median/max across ranks per (step, group, role, phase)."""
+    stragglers: Tuple[Straggler, ...]
+    missing: Tuple[Problem, ...]
+    """Reports missing or incomplete per the manifest, unreadable, or without a reader."""
+    steps: Tuple[StepSpan, ...]
+    windows: Tuple[Window, ...]
+    notes: Tuple[str, ...]
+    threshold: float
+    min_excess_ms: float
+    t0_ns: int
+    """Time origin of the timeline and of ``start_s`` in the CSV: the first event."""
+    paths: Dict[str, str] = field(default_factory=dict)
+    """Written files: ``summary.csv``, ``summary.md``, ``timeline.png``, ``timeline.html``."""
+    read_seconds: float = 0.0
+
+
+def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
+              min_excess_ms: float = DEFAULT_MIN_EXCESS_MS, jobs: Optional[int] = None,
+              picture: bool = True, console: Optional[Console] = None, write: bool = True,
+              export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S) -> Summary:
+    """Summarise ``output_dir`` (a directory with a ``manifest.json``).
+
+    Reads every report (``jobs`` processes, default one per core), builds the per-step table,
+    spread and stragglers (slowest rank > ``threshold`` × the other ranks' median and at least
+    ``min_excess_ms`` slower), lists missing/incomplete/unreadable reports, prints it all to
+    ``console`` (a rich Console; default stdout; pass ``Console(quiet=True)`` for silence), and
+    writes ``summary/summary.csv``, ``summary.md`` and, when ``picture``, ``timeline.png`` and
+    ``timeline.html``. Raises ValueError (one line) when ``output_dir`` has no valid manifest
+    or a setting is out of range; a bad report never raises.
+    """
+    if threshold <= 0:
+        raise ValueError(f"--threshold must be positive, got {threshold:g}")
+    if min_excess_ms < 0:
+        raise ValueError(f"minimum excess must be >= 0 ms, got {min_excess_ms:g}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if not os.path.isdir(output_dir):
+        raise ValueError(f"{output_dir}: not a directory")
+    manifest = read_manifest(output_dir)
+    loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout)
+    summary = analyse(output_dir, manifest, loaded, threshold, min_excess_ms)
+    if write:
+        write_outputs(summary, picture=picture)
+    print_to = console if console is not None else default_console()
+    from verlprof.report.console import print_summary
+
+    print_summary(summary, print_to)
+    return summary
+
+
+def analyse(output_dir: str, manifest: Manifest, loaded: LoadResult,
+            threshold: float = DEFAULT_THRESHOLD,
+            min_excess_ms: float = DEFAULT_MIN_EXCESS_MS) -> Summary:
+    """The analyses on already-loaded records (no I/O): table, spread, stragglers."""
+    rows = build_rows(loaded.records)
+    starts = [r.start_ns for r in loaded.records] + [s.start_ns for s in loaded.steps] + \
+        [w.start_ns for w in loaded.windows]
+    return Summary(
+        output_dir=os.path.abspath(output_dir), manifest=manifest, records=loaded.records,
+        rows=tuple(rows), spreads=tuple(build_spreads(rows)),
+        stragglers=tuple(find_stragglers(rows, threshold, min_excess_ms)),
+        missing=loaded.problems, steps=loaded.steps, windows=loaded.windows,
+        notes=loaded.notes, threshold=threshold, min_excess_ms=min_excess_ms,
+        t0_ns=min(starts) if starts else 0, read_seconds=loaded.read_seconds)
+
+
+def default_console() -> Console:
+    """Stdout; when it is not a terminal (piped, logged), wide enough that tables never wrap."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def write_outputs(summary: Summary, picture: bool = True) -> Dict[str, str]:
+    """Write the summary files into ``<output_dir>/summary/``; fills ``summary.paths``."""
+    from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
+
+    out_dir = os.path.join(summary.output_dir, paths.SUMMARY_DIR)
+    os.makedirs(out_dir, exist_ok=True)
+    written = summary.paths
+    written[CSV_NAME] = write_csv(summary, os.path.join(out_dir, CSV_NAME))
+    if picture:
+        from verlprof.report.timeline import build_timeline
+        from verlprof.report.timeline_html import write_html
+        from verlprof.report.timeline_png import write_png
+
+        data = build_timeline(summary.records, summary.steps, summary.windows,
+                              summary.stragglers, summary.t0_ns)
+        title = f"verlprof timeline: {os.path.basename(summary.output_dir.rstrip(os.sep))}"
+        written[PNG_NAME] = write_png(data, os.path.join(out_dir, PNG_NAME), title)
+        written[HTML_NAME] = write_html(data, os.path.join(out_dir, HTML_NAME), title)
+    written[MD_NAME] = os.path.join(out_dir, MD_NAME)  # listed before writing: md links it
+    write_md(summary, written[MD_NAME])
+    return written

@@ -1,0 +1,127 @@
+"""The per step × group/role/phase × rank table, and the spread of each cell across ranks.
+
+A row sums every call of one phase on one rank in one step (``calls`` says how many). GPU
+columns stay None when no report of the row had kernel/memcpy data, so "not measured" and
+"zero" stay distinct.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord
+
+KNOWN_PHASES = (
+    "generate_sequences", "compute_log_prob", "compute_ref_log_prob", "compute_values",
+    "compute_rm_score", "update_critic", "update_actor",
+)
+"""verl's worker phases in the order a PPO step calls them: rows and colours follow it."""
+GROUP_ORDER = (CONTROLLER_GROUP, "actor_rollout_ref", "actor", "rollout", "ref", "critic", "rm")
+"""Groups in display order; others follow alphabetically."""
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One (step, group, rank, role, phase): the summed calls of that phase."""
+
+    step: int
+    group: str
+    rank: int
+    role: str
+    phase: str
+    calls: int
+    duration_ns: int
+    start_ns: int
+    """First call's start (wall clock)."""
+    kernel_ns: Optional[int] = None
+    kernel_count: Optional[int] = None
+    memcpy_ns: Optional[int] = None
+    host: str = ""
+    report_path: str = ""
+    """Report of the first call (relative to output_dir)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}/{self.phase}"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Durations of one (step, group, role, phase) across the ranks that ran it."""
+
+    step: int
+    group: str
+    role: str
+    phase: str
+    ranks: Tuple[int, ...]
+    min_ns: int
+    median_ns: int
+    max_ns: int
+    slowest_rank: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}/{self.phase}"
+
+
+def phase_order(phase: str) -> Tuple[int, str]:
+    """Sort key placing known phases in PPO order, others after, alphabetically."""
+    return (KNOWN_PHASES.index(phase), "") if phase in KNOWN_PHASES else (len(KNOWN_PHASES), phase)
+
+
+def group_order(group: str) -> Tuple[int, str]:
+    return (GROUP_ORDER.index(group), "") if group in GROUP_ORDER else (len(GROUP_ORDER), group)
+
+
+def row_key(row: PhaseRow) -> tuple:
+    """Display order: step, group, phase (PPO order), role, rank."""
+    return (row.step, group_order(row.group), phase_order(row.phase), row.role, row.rank)
+
+
+def build_rows(records: Sequence[PhaseRecord]) -> List[PhaseRow]:
+    """Sum the calls of each (step, group, rank, role, phase)."""
+    cells: Dict[tuple, List[PhaseRecord]] = {}
+    for rec in records:
+        cells.setdefault((rec.step, rec.group, rec.rank, rec.role, rec.phase), []).append(rec)
+    rows = []
+    for (step, group, rank, role, phase), recs in cells.items():
+        recs.sort(key=lambda r: r.start_ns)
+        rows.append(PhaseRow(
+            step=step, group=group, rank=rank, role=role, phase=phase, calls=len(recs),
+            duration_ns=sum(r.duration_ns for r in recs), start_ns=recs[0].start_ns,
+            kernel_ns=_total(r.kernel_ns for r in recs),
+            kernel_count=_total(r.kernel_count for r in recs),
+            memcpy_ns=_total(r.memcpy_ns for r in recs),
+            host=recs[0].host, report_path=recs[0].report_path))
+    rows.sort(key=row_key)
+    return rows
+
+
+def build_spreads(rows: Sequence[PhaseRow]) -> List[Spread]:
+    """Min/median/max across ranks for every cell that ran on at least one rank."""
+    cells: Dict[tuple, List[PhaseRow]] = {}
+    for row in rows:
+        cells.setdefault((row.step, row.group, row.role, row.phase), []).append(row)
+    out = []
+    for (step, group, role, phase), members in cells.items():
+        members.sort(key=lambda r: r.rank)
+        durations = [r.duration_ns for r in members]
+        slowest = max(members, key=lambda r: (r.duration_ns, -r.rank))
+        out.append(Spread(step=step, group=group, role=role, phase=phase,
+                          ranks=tuple(r.rank for r in members), min_ns=min(durations),
+                          median_ns=int(statistics.median(durations)), max_ns=max(durations),
+                          slowest_rank=slowest.rank))
+    out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role))
+    return out
+
+
+def has_gpu_data(rows: Sequence[PhaseRow]) -> bool:
+    """Whether any row carries kernel or memcpy data (GPU columns are shown only then)."""
+    return any(r.kernel_ns is not None or r.memcpy_ns is not None for r in rows)
+
+
+def _total(values) -> Optional[int]:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
