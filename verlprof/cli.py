@@ -17,6 +17,8 @@ EPILOG = """examples:
   verlprof plan --config trainer_configs/ppo_trainer.yaml 'trainer.profile_steps=[1,2,5]'
   verlprof plan --config trainer_configs/ppo_trainer.yaml --json > plan.json
   verlprof check --config my_trainer.yaml critic.profile_ranks=[0]
+  verlprof demo 'trainer.profile_steps=[2,3]'
+  verlprof report outputs/ppo_demo/profiling
 """
 
 
@@ -40,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     with_config(check)
     demo = sub.add_parser("demo", help="run the CPU demo PPO trainer with profiling on")
     with_config(demo, required=False)
+    from verlprof.report.cli import add_report_subcommand
+
+    add_report_subcommand(sub)
     return parser
 
 
@@ -78,6 +83,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             if warning not in plan.warnings:
                 print(f"warning: {warning}")
         return 0
+    if args.command == "report":
+        from verlprof.report.cli import run_report_command
+
+        return run_report_command(args)
     if args.command == "demo":
         from verlprof.demo.run import run_demo
 

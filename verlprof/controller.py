@@ -49,6 +49,9 @@ class ProfileController:
         self._warnings: List[str] = list(plan.warnings)
         self._finalized: Optional[Manifest] = None
         self._controller = _ControllerCapture(plan)
+        if self._controller.attached:
+            # nsys does not create its -o directory: it would write to /tmp instead
+            os.makedirs(os.path.join(plan.output_dir, paths.CONTROLLER_DIR), exist_ok=True)
         if plan.controller.launch_argv and not self._controller.attached:
             self._warnings.append(
                 "trainer.controller_nsight_options is set but this controller does not run "
@@ -155,7 +158,7 @@ class ProfileController:
         self._finalized = manifest
         return manifest
 
-    def __enter__(self) -> "ProfileController":
+    def __enter__(self) -> ProfileController:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -250,28 +253,41 @@ class _ControllerCapture:
             emitter.range_end(handle)
 
     def collect(self, timeout_s: float) -> List[ReportEntry]:
-        if not self.attached or not self._windows:
+        """Entries for the controller's planned windows (its reports are written in place)."""
+        if not self.attached:
             return []
         from verlprof.backends.nsys import ordinals
         from verlprof.backends.nsys_cli import wait_for_reports
 
-        output_dir = self.plan.output_dir
+        self.close()
+        opened = list(self._windows)
+        # like a worker, close the plan out so nsys writes its repeat:N reports now
+        fillers = [w for w in self.plan.controller.windows if w not in opened]
+        for window in fillers:
+            self.open(window)
+            self.close()
         base = paths.CONTROLLER_OUTPUT_FORMAT.replace("%h", socket.gethostname()).replace(
             "%p", str(os.getpid()))
-        pattern = os.path.join(output_dir, paths.CONTROLLER_DIR, base + ".*nsys-rep")
-        found, _ = wait_for_reports(pattern, len(self._windows), timeout_s)
-        by_ordinal = ordinals(found)
+        pattern = os.path.join(self.plan.output_dir, paths.CONTROLLER_DIR, base + ".*nsys-rep")
+        waited = wait_for_reports(pattern, len(self.plan.controller.windows), timeout_s)
+        by_ordinal = ordinals([str(p) for p in waited.found])
         entries = []
-        for n, window in enumerate(self._windows, start=1):
+        for n, window in enumerate(opened + fillers, start=1):
             path = by_ordinal.get(n)
-            relpath = os.path.relpath(path, output_dir) if path else \
-                f"{paths.CONTROLLER_DIR}/{base}.{n}{paths.EXTENSIONS['nsys']}"
+            if n > len(opened):
+                if path:
+                    os.remove(path)
+                path, reason = None, f"controller window {list(window)} never opened"
+            else:
+                reason = None if path else f"nsys wrote no report within {timeout_s:g}s"
+            relpath = (os.path.relpath(path, self.plan.output_dir) if path else
+                       f"{paths.CONTROLLER_DIR}/{base}.{n}{paths.EXTENSIONS['nsys']}")
             entries.append(ReportEntry(
                 steps=window, group="controller", rank=0, component="controller",
                 backend="nsys", path=relpath, status="ok" if path else "missing",
                 host=socket.gethostname(), pid=os.getpid(), node_id=_node_id(),
-                bytes=os.path.getsize(path) if path else 0, transfer="direct" if path else None,
-                reason=None if path else f"nsys wrote no controller report within {timeout_s:g}s"))
+                bytes=os.path.getsize(path) if path else 0, reason=reason,
+                transfer="direct" if path else None))
         return entries
 
 

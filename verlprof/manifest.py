@@ -116,7 +116,7 @@ class Manifest:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "Manifest":
+    def from_dict(cls, data: Dict[str, Any]) -> Manifest:
         return dacite.from_dict(cls, data, config=dacite.Config(cast=[tuple]))
 
 

@@ -60,7 +60,8 @@ def validate_options(options: Optional[Mapping[str, Any]], flags: Optional[Seque
         if not isinstance(name, str) or not _KEY_RE.match(name):
             raise ConfigError(full, "option names are letters, digits, '-' and '_' only")
         if value is not None and not isinstance(value, (str, int, float, bool)):
-            raise ConfigError(full, f"must be a string, number or boolean, got {type(value).__name__}")
+            raise ConfigError(full, "must be a string, number or boolean, got "
+                                    f"{type(value).__name__}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(full, f"must be a finite number, got {value}")
         long_name = canonical_key(name)

@@ -173,7 +173,7 @@ class ProfilePlan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "ProfilePlan":
+    def from_dict(cls, data: Dict[str, Any]) -> ProfilePlan:
         return dacite.from_dict(cls, data, config=dacite.Config(cast=[tuple], strict=True))
 
 

@@ -57,8 +57,8 @@ def _print_commands(plan: ProfilePlan, console: Console) -> None:
     console.print("[bold]Launch commands[/] (only these processes are wrapped; "
                   "the interpreter follows):")
     if plan.controller.launch_argv:
-        console.print(f"  controller: {_command(plan.controller.launch_argv, plan.controller.launch_env)}",
-                      soft_wrap=True)
+        command = _command(plan.controller.launch_argv, plan.controller.launch_env)
+        console.print(f"  controller: {command}", soft_wrap=True)
     for proc in plan.processes:
         if proc.launch_argv:
             console.print(f"  {proc.group} rank {proc.rank}: "

@@ -63,7 +63,7 @@ class Topology:
 
     @classmethod
     def of(cls, sizes: Mapping[str, int], *, cuda: bool = True, hybrid_engine: bool = True
-           ) -> "Topology":
+           ) -> Topology:
         """A topology from group sizes, e.g. ``{"actor_rollout_ref": 2, "critic": 1, "rm": 1}``.
 
         Groups not named are absent. With ``hybrid_engine=False`` name ``actor``, ``rollout``
@@ -75,18 +75,20 @@ class Topology:
             if name not in known:
                 raise ConfigError("topology", f"unknown group {name!r}; known: {sorted(known)}")
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-                raise ConfigError(f"topology.{name}", f"world size must be a positive int, got {size!r}")
+                raise ConfigError(f"topology.{name}",
+                                  f"world size must be a positive int, got {size!r}")
             groups.append(GroupTopology(name, known[name], size))
         return cls(tuple(groups), cuda=cuda)
 
     @classmethod
-    def from_trainer_config(cls, cfg: Mapping[str, Any]) -> "Topology":
+    def from_trainer_config(cls, cfg: Mapping[str, Any]) -> Topology:
         """Derive groups and sizes from a verl-style trainer config (a plain nested dict)."""
         trainer = _section(cfg, "trainer")
         default_size = _size(trainer, "trainer", default=1)
         hybrid = _section(cfg, "actor_rollout_ref").get("hybrid_engine", True)
         if not isinstance(hybrid, bool):
-            raise ConfigError("actor_rollout_ref.hybrid_engine", f"must be true or false, got {hybrid!r}")
+            raise ConfigError("actor_rollout_ref.hybrid_engine",
+                              f"must be true or false, got {hybrid!r}")
         device = trainer.get("device", "cuda")
         if device not in ("cuda", "cpu", "npu"):
             raise ConfigError("trainer.device", f"must be cuda, cpu or npu, got {device!r}")

@@ -164,7 +164,10 @@ class ProfileSession:
     def finalize(self, timeout_s: float) -> List[Dict[str, Any]]:
         """Close what is open, wait for the reports, return one entry per planned window."""
         self.stop()
-        return self.capture.collect(self.opened, list(self._pending), timeout_s)
+        with self._lock:
+            never_opened, self._pending = list(self._pending), []
+            self.capture.flush(never_opened)
+        return self.capture.collect(self.opened, never_opened, timeout_s)
 
 
 class ProfilingWorkerMixin:

@@ -38,7 +38,8 @@ def test_selected_rank_is_wrapped_with_real_interpreter_and_env_merged():
 
 def test_controller_options_wrap_the_controller():
     env = controller_options(plan_with({"trace": "nvtx"}))["runtime_env"]
-    assert shlex.split(env["py_executable"])[-2] == "--output=/tmp/o dir/controller/controller_%h_%p"
+    argv = shlex.split(env["py_executable"])
+    assert argv[-2] == "--output=/tmp/o dir/controller/controller_%h_%p"
 
 
 def test_hostile_values_stay_in_their_slot_through_bash():

@@ -6,8 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verlprof.config.schema import (ComponentConfig, ComponentsConfig, NsysConfig,
-                                    ProfilingConfig, RocprofSysConfig)
+from verlprof.config.schema import (
+    ComponentConfig,
+    ComponentsConfig,
+    NsysConfig,
+    ProfilingConfig,
+    RocprofSysConfig,
+)
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan, group_step_windows
 from verlprof.topology import Topology
@@ -35,7 +40,8 @@ def test_whole_step_one_window_per_step_and_exact_repeat():
     proc = plan.process("actor_rollout_ref", 1)
     assert proc.mode == "whole" and [w.steps for w in proc.windows] == [(1,), (2,), (5,)]
     assert "--capture-range-end=repeat:3" in proc.launch_argv
-    assert proc.launch_argv[-1] == "--output=/out/.raw/actor_rollout_ref/rank1/actor_rollout_ref_rank1_%p"
+    assert proc.launch_argv[-1] == ("--output=/out/.raw/actor_rollout_ref/rank1/"
+                                    "actor_rollout_ref_rank1_%p")
     assert proc.reports[2].path == ("step0005/actor_rollout_ref/rank1/"
                                     "actor_rollout_ref_step5_rank1_{host}_{pid}.nsys-rep")
     assert proc.launch_env == {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}

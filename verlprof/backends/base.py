@@ -28,6 +28,9 @@ class Capture:
         """A named range (``<role>/<phase>``) inside the open window."""
         raise NotImplementedError
 
+    def flush(self, never_opened: Sequence[Window]) -> None:
+        """Called once before :meth:`collect` with the planned windows that never opened."""
+
     def collect(self, opened: Sequence[Any], never_opened: Sequence[Window],
                 timeout_s: float) -> List[Dict[str, Any]]:
         """One entry per planned window: the raw file of each opened one, or why it is missing.

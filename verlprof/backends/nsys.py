@@ -10,6 +10,7 @@ to steps and phases.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from contextlib import contextmanager
@@ -26,10 +27,11 @@ _ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")
 class NsysCapture(Capture):
     def __init__(self, plan: ProcessPlan):
         super().__init__(plan)
-        self.trigger = "nvtx" if any("--capture-range=nvtx" == a for a in plan.launch_argv) \
+        self.trigger = "nvtx" if any(a == "--capture-range=nvtx" for a in plan.launch_argv) \
             else "cuda"
         self.emitter = nvtx.get_emitter()
         self._handle: Any = None
+        self._fillers = 0
 
     def open(self, window: Window) -> None:
         if self.trigger == "nvtx":
@@ -58,6 +60,19 @@ class NsysCapture(Capture):
         finally:
             self.emitter.range_end(handle)
 
+    def flush(self, never_opened: Sequence[Window]) -> None:
+        """Close the plan out with empty windows.
+
+        nsys 2022.4 writes the reports of ``repeat:N`` only when the N-th window closes; a
+        planned window that never opened (a phase not called, a run cut short) would hold every
+        report of this process back until it exits. The filler reports are deleted in
+        :meth:`collect`.
+        """
+        for window in never_opened:
+            self.open(window)
+            self.close(window)
+        self._fillers = len(never_opened)
+
     def report_glob(self, pid: Optional[int] = None) -> str:
         """Glob of this process's raw reports (``%p`` of the plan's output prefix = pid)."""
         prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(self.plan.group),
@@ -70,8 +85,13 @@ class NsysCapture(Capture):
                 timeout_s: float) -> List[Dict[str, Any]]:
         from verlprof.backends.nsys_cli import wait_for_reports
 
-        found, _missing = wait_for_reports(self.report_glob(), len(opened), timeout_s)
-        by_ordinal = ordinals(found)
+        by_ordinal: Dict[int, str] = {}
+        total = len(opened) + self._fillers
+        if total:
+            waited = wait_for_reports(self.report_glob(), total, timeout_s)
+            by_ordinal = ordinals([str(p) for p in waited.found])
+            for n in range(len(opened) + 1, total + 1):
+                _remove(by_ordinal.get(n))
         out = []
         for n, record in enumerate(opened, start=1):
             raw = by_ordinal.get(n)
@@ -95,3 +115,8 @@ def ordinals(files: Sequence[str]) -> Dict[int, str]:
             out[int(match.group(2) or 1)] = path
     return out
 
+
+def _remove(path: Optional[str]) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.remove(path)

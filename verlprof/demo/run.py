@@ -74,17 +74,18 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = ()) -> int:
         print(f"  {where}{suffix}")
     print("verlprof reports: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     print(f"verlprof manifest: {os.path.join(plan.output_dir, 'manifest.json')}")
-    _summarise(plan.output_dir)
+    if plan.enabled:
+        _summarise(plan.output_dir)
     return 0 if set(counts) <= {"ok"} else 1
 
 
 def _summarise(output_dir: str) -> None:
-    """Run the report stage when it is available (it summarises across ranks and steps)."""
-    try:
-        from verlprof.report.cli import summarize_and_print
-    except ImportError:
-        return
-    summarize_and_print(output_dir)
+    """The cross-rank summary: tables in the terminal, summary/ files and the timeline."""
+    from verlprof.report import summarize
+
+    summary = summarize(output_dir)
+    for name, path in sorted(summary.paths.items()):
+        print(f"verlprof {name}: {path}")
 
 
 if __name__ == "__main__":

@@ -116,9 +116,16 @@ class PPOTrainer:
                 metrics["step_s"] = time.perf_counter() - started
                 history.append(metrics)
         manifest = self.controller.finalize()
+        processes = self.worker_identities()
         self.shutdown_workers()
-        return {"manifest": manifest.to_dict(), "history": history,
+        return {"manifest": manifest.to_dict(), "history": history, "processes": processes,
                 "controller": {"host": self.controller.host, "pid": self.controller.pid}}
+
+    def worker_identities(self) -> List[Dict[str, Any]]:
+        """Every worker's host, pid and whether a profiler wraps it (selected or not)."""
+        refs = {(g, r): a.profile_status.remote() for g, ws in self.groups.items()
+                for r, a in enumerate(ws)}
+        return [dict(ray.get(ref), group=g, rank=r) for (g, r), ref in refs.items()]
 
     def shutdown_workers(self, timeout_s: float = 60.0) -> None:
         """Let workers exit normally so each nsys finishes cleanly before Ray tears down."""
