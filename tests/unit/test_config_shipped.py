@@ -1,0 +1,76 @@
+"""The two shipped trainer configs load cleanly, are documented, and plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from verlprof.config import load_config
+from verlprof.plan import build_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+PPO = ROOT / "trainer_configs" / "ppo_trainer.yaml"
+DAPO = ROOT / "trainer_configs" / "dapo_trainer.yaml"
+
+PROFILING_KEY = re.compile(r"^\s*(profile_\w+|profiler|tool|enabled|output_dir|"
+                           r"filename_template|controller_nsight_options|worker_nsight_options|"
+                           r"hybrid_engine|device):")
+
+
+@pytest.mark.parametrize("path", [PPO, DAPO], ids=["ppo", "dapo"])
+def test_shipped_config_loads_without_warnings_and_plans(path):
+    loaded = load_config(str(path), env={})
+    assert loaded.warnings == ()
+    assert loaded.profiling.active and loaded.profiling.source == "seed"
+    assert not loaded.topology.cuda
+    plan = build_plan(loaded.profiling, loaded.topology)
+    assert plan.warnings == ()
+
+
+@pytest.mark.parametrize("path", [PPO, DAPO], ids=["ppo", "dapo"])
+def test_every_profiling_key_is_commented(path):
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if PROFILING_KEY.match(line):
+            above = lines[i - 1].strip() if i else ""
+            assert "#" in line or above.startswith("#"), f"{path.name}:{i + 1}: {line}"
+
+
+def test_ppo_values():
+    loaded = load_config(str(PPO), env={})
+    prof, trainer = loaded.profiling, loaded.raw["trainer"]
+    assert trainer["experiment_name"] == "ppo_demo" and trainer["total_training_steps"] == 3
+    assert prof.steps == (1, 2) and not prof.continuous_steps and prof.tool == "nsys"
+    assert prof.output_dir.endswith("outputs/ppo_demo/profiling")
+    assert prof.components.actor.ranks == (0, 1)
+    assert prof.components.rollout.ranks == (0,)
+    assert prof.components.ref.ranks == ()
+    assert prof.components.critic.ranks == (0,)
+    assert prof.components.rm.ranks == ()
+    expected = {"trace": "nvtx,osrt", "sample": "none", "cpuctxsw": "none"}
+    assert prof.nsys.controller_options == expected == prof.nsys.worker_options
+    sizes = {g.name: g.world_size for g in loaded.topology.groups}
+    assert sizes == {"actor_rollout_ref": 2, "critic": 2, "rm": 1}
+
+
+def test_dapo_values():
+    loaded = load_config(str(DAPO), env={})
+    prof = loaded.profiling
+    assert loaded.raw["critic"]["enable"] is False
+    assert [g.name for g in loaded.topology.groups] == ["actor_rollout_ref", "rm"]
+    assert prof.components.rollout.discrete and prof.components.actor.discrete
+    assert prof.components.rm.ranks == (0,)
+
+
+def test_demo_overrides():
+    loaded = load_config(str(PPO), ["trainer.profile_steps=[2,3]"], env={})
+    assert loaded.profiling.steps == (2, 3)
+
+
+def test_loaded_config_is_frozen():
+    loaded = load_config(str(PPO), env={})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.warnings = ("x",)  # type: ignore[misc]
