@@ -158,6 +158,21 @@ class ProfileController:
         self._finalized = manifest
         return manifest
 
+    def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
+        """Call after the workers have exited, before ``ray.shutdown()``: waits until each
+        wrapped process's profiler has finished writing and ended (see :mod:`verlprof.teardown`).
+        Returns problems, one line each (also recorded as warnings)."""
+        from verlprof.teardown import settle_on_nodes
+
+        by_node: Dict[str, List[int]] = {}
+        for identity in self._identity.values():
+            if identity.get("profiler_pid"):
+                by_node.setdefault(identity.get("node_id", ""), []).append(
+                    int(identity["profiler_pid"]))
+        problems = settle_on_nodes(by_node, timeout_s)
+        self._warnings.extend(problems)
+        return problems
+
     def __enter__(self) -> ProfileController:
         return self
 

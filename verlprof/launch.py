@@ -24,6 +24,9 @@ def _runtime_env(argv: Sequence[str], env: Mapping[str, str],
                  base: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     runtime_env = dict(base or {})
     if not argv:
+        # Ray merges a child's runtime_env into its creator's: workers created by a controller
+        # that runs under nsys would inherit its wrapped py_executable unless told otherwise.
+        runtime_env.setdefault("py_executable", sys.executable)
         return runtime_env
     env_vars = dict(runtime_env.get("env_vars") or {})
     env_vars.update(env)
@@ -34,18 +37,17 @@ def _runtime_env(argv: Sequence[str], env: Mapping[str, str],
 
 def worker_runtime_env(plan: ProfilePlan, group: str, rank: int,
                        base: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """``runtime_env`` for rank ``rank`` of ``group``: ``base`` unchanged unless it is wrapped."""
+    """``runtime_env`` for rank ``rank`` of ``group``: wrapped when planned, else plain."""
     process = plan.process(group, rank)
     if process is None:
-        return dict(base or {})
+        return _runtime_env((), {}, base)
     return _runtime_env(process.launch_argv, process.launch_env, base)
 
 
 def worker_options(plan: ProfilePlan, group: str, rank: int,
                    base_runtime_env: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """Keyword arguments for ``ActorClass.options(**...)`` of that rank (may be empty)."""
-    runtime_env = worker_runtime_env(plan, group, rank, base_runtime_env)
-    return {"runtime_env": runtime_env} if runtime_env else {}
+    """Keyword arguments for ``ActorClass.options(**...)`` of that rank."""
+    return {"runtime_env": worker_runtime_env(plan, group, rank, base_runtime_env)}
 
 
 def controller_options(plan: ProfilePlan,

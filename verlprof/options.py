@@ -57,7 +57,7 @@ def validate_options(options: Optional[Mapping[str, Any]], flags: Optional[Seque
     seen = {}
     for name, value in options.items():
         full = f"{key}.{name}"
-        if not isinstance(name, str) or not _KEY_RE.match(name):
+        if not isinstance(name, str) or not _KEY_RE.fullmatch(name):
             raise ConfigError(full, "option names are letters, digits, '-' and '_' only")
         if value is not None and not isinstance(value, (str, int, float, bool)):
             raise ConfigError(full, "must be a string, number or boolean, got "
@@ -77,7 +77,7 @@ def validate_options(options: Optional[Mapping[str, Any]], flags: Optional[Seque
     if isinstance(flags, (str, bytes)) or not isinstance(flags, Sequence):
         raise ConfigError(flags_key, "must be a list of flag names")
     for i, flag in enumerate(flags):
-        if not isinstance(flag, str) or not _KEY_RE.match(flag.lstrip("-")):
+        if not isinstance(flag, str) or not _KEY_RE.fullmatch(flag.lstrip("-")):
             raise ConfigError(f"{flags_key}[{i}]", f"not a flag name: {flag!r}")
         name = flag.lstrip("-")
         if canonical_key(name) in seen:

@@ -244,12 +244,14 @@ def process_identity() -> Dict[str, Any]:
             node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # identity is best effort: never fail a status call over it
         node_id = ""
+    profiler = profiler_ancestor()
     return {"host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id,
-            "under_profiler": under_profiler()}
+            "under_profiler": profiler is not None, "profiler_pid": profiler}
 
 
-def under_profiler() -> bool:
-    """True when an ancestor process is nsys or rocprof-sys (what a wrapped launch looks like)."""
+def profiler_ancestor() -> Optional[int]:
+    """Pid of the nsys or rocprof-sys process that launched this one, if any (a wrapped launch
+    is ``nsys profile`` → ``nsys-launcher`` → python; an unwrapped one is raylet → python)."""
     pid = os.getppid()
     for _ in range(4):
         try:
@@ -258,14 +260,14 @@ def under_profiler() -> bool:
             with open(f"/proc/{pid}/stat") as handle:
                 parent = int(handle.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            return False
-        if argv and os.path.basename(argv[0].decode(errors="replace")).startswith(
-                ("nsys", "rocprof-sys")):
-            return True
+            return None
+        name = os.path.basename(argv[0].decode(errors="replace")) if argv else ""
+        if name.startswith("rocprof-sys") or (name == "nsys" and argv[1:2] == [b"profile"]):
+            return pid
         if parent <= 1:
-            return False
+            return None
         pid = parent
-    return False
+    return None
 
 
 def _is_inside(path: str, root: str) -> bool:

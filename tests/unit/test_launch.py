@@ -20,11 +20,16 @@ def plan_with(options):
     return build_plan(cfg, TOPO)
 
 
-def test_unselected_rank_gets_base_runtime_env_only():
+def test_unselected_rank_runs_the_plain_interpreter_explicitly():
+    """Explicit, because Ray merges a child's runtime_env into its creator's: a worker created
+    by a controller running under nsys would otherwise inherit the nsys wrapper."""
     plan = plan_with({"trace": "nvtx"})
-    assert worker_options(plan, "actor_rollout_ref", 0) == {}
+    assert worker_options(plan, "actor_rollout_ref", 0) == {
+        "runtime_env": {"py_executable": sys.executable}}
     assert worker_options(plan, "critic", 0, {"env_vars": {"A": "1"}}) == {
-        "runtime_env": {"env_vars": {"A": "1"}}}
+        "runtime_env": {"env_vars": {"A": "1"}, "py_executable": sys.executable}}
+    custom = {"py_executable": "/opt/py/bin/python"}
+    assert worker_options(plan, "critic", 0, custom) == {"runtime_env": custom}
 
 
 def test_selected_rank_is_wrapped_with_real_interpreter_and_env_merged():

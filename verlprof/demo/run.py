@@ -29,7 +29,7 @@ def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     if loaded.profiling.tool == "nsys" and find_nsys(loaded.profiling.nsys.executable) is None:
         notes.append("nsys is not installed here: the demo uses the torch profiler instead "
                      "(`make nsys` installs Nsight Systems)")
-        loaded = load_config(path, [*overrides, "trainer.profiler.tool=torch"])
+        loaded = load_config(path, [*overrides, "++trainer.profiler.tool=torch"])
     return loaded, build_plan(loaded.profiling, loaded.topology), notes
 
 
@@ -48,7 +48,9 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None
     try:
         runner = TaskRunner.options(**controller_options(plan)).remote()
         result = ray.get(runner.run.remote(loaded.raw, plan.to_dict()))
-        ray.kill(runner, no_restart=True)
+        # a normal exit lets the controller's nsys finish before Ray tears down (Ray #60904)
+        done = runner.__ray_terminate__.remote()
+        ray.wait([done], timeout=60)
         return result
     finally:
         if started_ray:

@@ -132,6 +132,8 @@ class PPOTrainer:
         actors = [a for ws in self.groups.values() for a in ws]
         refs = [a.__ray_terminate__.remote() for a in actors]
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for problem in self.controller.wait_for_profilers(timeout_s):
+            print(f"verlprof: {problem}")
 
 
 @ray.remote(num_cpus=0)

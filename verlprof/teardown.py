@@ -1,0 +1,65 @@
+"""A clean end: wait for each wrapped process's profiler to finish writing before Ray stops.
+
+When a profiled worker exits, its ``nsys profile`` parent still has work to do (and its agent
+after it). ``ray.shutdown()`` in that gap kills nsys mid-write (Ray issue #60904) and leaves
+``nsys --start-agent`` processes behind. :func:`settle_profilers` runs on each node (a Ray task
+pinned there) and waits, bounded, for the given profiler pids to exit, then ends agents whose
+owning nsys is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Sequence
+
+POLL_S = 0.2
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def settle_profilers(pids: Sequence[int], timeout_s: float) -> List[str]:
+    """Wait until every pid has exited; end orphaned nsys agents; return problems, one a line."""
+    from verlprof.backends.nsys_cli import reap_orphan_agents
+
+    deadline = time.monotonic() + timeout_s
+    waiting = [p for p in pids if alive(p)]
+    while waiting and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        waiting = [p for p in waiting if alive(p)]
+    problems = [f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting]
+    problems += [f"ended orphaned nsys agent pid {a.pid}" for a in reap_orphan_agents(0)]
+    return problems
+
+
+def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> List[str]:
+    """:func:`settle_profilers` on each node, in parallel, through Ray."""
+    import sys
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not pids_by_node:
+        return []
+    task = ray.remote(num_cpus=0)(settle_profilers)
+    refs = []
+    for node_id, pids in pids_by_node.items():
+        # explicit interpreter: a task inherits its creator's runtime_env, and the controller
+        # may itself run under nsys
+        options = {"runtime_env": {"py_executable": sys.executable}}
+        if node_id:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        refs.append(task.options(**options).remote(pids, timeout_s))
+    ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
+    problems = [line for result in ray.get(ready) for line in result]
+    problems += [f"a node did not answer within {timeout_s + 30:g}s" for _ in late]
+    return problems
+
+
+__all__ = ["alive", "settle_profilers", "settle_on_nodes"]
