@@ -9,8 +9,14 @@ import os
 import pytest
 
 from tests.helpers import require_nsys
-from tests.integration.runtime_helpers import (PHASES_OF_GROUP, files_on_disk, nvtx_names,
-                                               planned_files, processes_by_target, run_case)
+from tests.integration.runtime_helpers import (
+    PHASES_OF_GROUP,
+    files_on_disk,
+    nvtx_names,
+    planned_files,
+    processes_by_target,
+    run_case,
+)
 from verlprof.backends.nsys_cli import list_agents
 
 pytestmark = pytest.mark.integration
@@ -61,7 +67,8 @@ def test_discrete_hybrid_one_report_per_selected_phase_call(ray_cluster, tmp_pat
     plan, result = run_case(out, [
         "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
         "trainer.controller_nsight_options=null",
-        "actor_rollout_ref.actor.profile_ranks=[0]", "actor_rollout_ref.actor.profile_discrete=true",
+        "actor_rollout_ref.actor.profile_ranks=[0]",
+        "actor_rollout_ref.actor.profile_discrete=true",
         "actor_rollout_ref.rollout.profile_ranks=[0]",
         "actor_rollout_ref.rollout.profile_discrete=true",
         "critic.profile_ranks=[]", "reward_model.profile_ranks=[]"])

@@ -46,7 +46,10 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=True,
                  logging_level="WARNING", configure_logging=True)
     try:
-        runner = TaskRunner.options(**controller_options(plan)).remote()
+        demo = loaded.raw.get("demo") or {}
+        placement = ({"resources": dict(demo["controller_resources"])}
+                     if demo.get("controller_resources") else {})
+        runner = TaskRunner.options(**controller_options(plan), **placement).remote()
         result = ray.get(runner.run.remote(loaded.raw, plan.to_dict()))
         # a normal exit lets the controller's nsys finish before Ray tears down (Ray #60904)
         done = runner.__ray_terminate__.remote()

@@ -53,10 +53,12 @@ class PPOTrainer:
             plan, rpc_timeout_s=float(profiler.get("rpc_timeout_s", 120.0)),
             finalize_timeout_s=float(profiler.get("finalize_timeout_s", 300.0)))
         self.groups: Dict[str, List[Any]] = {}
+        placement = (config.get("demo") or {}).get("worker_resources") or {}
         for group in plan.groups:
             cls = ray.remote(num_cpus=0)(GROUP_CLASSES[group.name])
+            extra = {"resources": dict(placement[group.name])} if group.name in placement else {}
             self.groups[group.name] = [
-                cls.options(**worker_options(plan, group.name, rank)).remote(
+                cls.options(**worker_options(plan, group.name, rank), **extra).remote(
                     rank, _delays(config, group.name, rank))
                 for rank in range(group.world_size)]
         ray.get([w.ready.remote() for ws in self.groups.values() for w in ws])

@@ -1,0 +1,63 @@
+"""Two Ray nodes (ray.cluster_utils.Cluster), no shared staging assumed: reports written on the
+second node reach the controller's output_dir over Ray, and the manifest is complete."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers import require_nsys
+from tests.integration.runtime_helpers import files_on_disk, nvtx_names, planned_files, run_case
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    require_nsys()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"head_node": 100}, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, resources={"second_node": 100})
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
+    import ray
+
+    out = str(tmp_path / "out")
+    plan, result = run_case(out, [
+        "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
+        "actor_rollout_ref.actor.profile_ranks=[0]", "actor_rollout_ref.rollout.profile_ranks=[]",
+        "+critic.profile_ranks_all=true", "reward_model.profile_ranks=[]",
+        "+demo.controller_resources={head_node: 1}",
+        "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, critic: {second_node: 1},"
+        " rm: {head_node: 1}}"])
+    manifest = result["manifest"]
+    nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes()}
+    head = next(i for i, r in nodes.items() if "head_node" in r)
+    second = next(i for i, r in nodes.items() if "second_node" in r)
+    assert manifest["controller"]["node_id"] == head
+    workers = [r for r in manifest["reports"] if r["group"] != "controller"]
+    assert len(workers) == 6 and {r["status"] for r in manifest["reports"]} == {"ok"}
+    for report in workers:
+        expected_node = second if report["group"] == "critic" else head
+        assert report["node_id"] == expected_node
+        assert report["transfer"] == ("ray" if expected_node == second else "rename")
+        assert report["bytes"] == os.path.getsize(os.path.join(out, report["path"]))
+    controller = [r["path"] for r in manifest["reports"] if r["group"] == "controller"]
+    assert files_on_disk(out) == sorted(planned_files(plan, manifest) + controller)
+    for report in workers:
+        if report["group"] == "critic":
+            assert nvtx_names(os.path.join(out, report["path"])) == {
+                "critic/compute_values": 1, "critic/update_critic": 1}
+    # the second node's staging copies are gone once the controller holds the reports
+    for rank in (0, 1):
+        staging = os.path.join(out, ".raw", "critic", f"rank{rank}")
+        assert not [f for f in os.listdir(staging) if f.endswith(".nsys-rep")]

@@ -1,0 +1,57 @@
+"""The torch profiler backend end to end on a real Ray cluster: Chrome traces per plan, with
+the phases, the rank and a ProfilerStep marker that HolisticTraceAnalysis needs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+from tests.integration.runtime_helpers import files_on_disk, planned_files, run_case
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def load(path):
+    with gzip.open(path, "rt") as handle:
+        return json.load(handle)
+
+
+def test_torch_whole_and_discrete(ray_cluster, tmp_path):
+    out = str(tmp_path)
+    plan, result = run_case(out, [
+        "trainer.profiler.tool=torch", "trainer.total_training_steps=2",
+        "trainer.profile_steps=[2]", "actor_rollout_ref.actor.profile_ranks_all=true",
+        "actor_rollout_ref.rollout.profile_ranks=[]", "critic.profile_ranks=[1]",
+        "critic.profile_discrete=true", "reward_model.profile_ranks=[]"])
+    manifest = result["manifest"]
+    assert {r["status"] for r in manifest["reports"]} == {"ok"}
+    assert files_on_disk(out) == planned_files(plan, manifest)
+    assert len(files_on_disk(out)) == 4  # 2 whole-step actor_rollout_ref + 2 critic phases
+    for rel in files_on_disk(out):
+        trace = load(os.path.join(out, rel))
+        names = {e.get("name") for e in trace["traceEvents"]}
+        rank = int(rel.split("/")[2][len("rank"):])
+        assert trace["distributedInfo"]["rank"] == rank
+        assert "ProfilerStep#2" in names
+        if rel.split("/")[1] == "actor_rollout_ref":
+            assert {"rollout/generate_sequences", "actor/compute_log_prob",
+                    "ref/compute_ref_log_prob", "actor/update_actor"} <= names
+            assert trace["distributedInfo"]["world_size"] == 2
+        else:
+            role_phase = rel.split("/")[1].replace(".", "/")
+            assert role_phase in names
+            other = {"critic/compute_values", "critic/update_critic"} - {role_phase}
+            assert not other & names
+    assert not any(p["under_profiler"] for p in result["processes"])
