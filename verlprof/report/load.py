@@ -150,7 +150,7 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
             problems.append(_problem(PROBLEM_UNREADABLE, entry, str(err)))
             continue
         if not os.path.isfile(full):
-            problems.append(_problem(PROBLEM_UNREADABLE, entry,
+            problems.append(_problem(PROBLEM_MISSING, entry,
                                      "manifest says ok but the file is not there"))
             continue
         tasks.append((index, full, entry.backend, entry.window_start_ns, export_timeout))

@@ -1,0 +1,102 @@
+"""The report on reports produced by the runtime itself: a straggler planted in the demo is
+flagged and nothing else; durations agree with the NVTX ranges read straight from the sqlite;
+a truncated and a missing report are named precisely while the rest is summarised."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+
+import pytest
+from rich.console import Console
+
+from tests.helpers import require_nsys
+from tests.integration.runtime_helpers import run_case
+from verlprof.backends.nsys_cli import export_sqlite
+from verlprof.report import summarize
+
+pytestmark = pytest.mark.integration
+
+PLANTED = "+demo.stragglers=[{group: critic, rank: 1, phase: update_critic, seconds: 0.6}]"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    require_nsys()
+    import ray
+
+    out = str(tmp_path_factory.mktemp("report_demo"))
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        plan, result = run_case(out, [
+            "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
+            "trainer.controller_nsight_options=null", "actor_rollout_ref.actor.profile_ranks=[0]",
+            "actor_rollout_ref.rollout.profile_ranks=[]", "+critic.profile_ranks_all=true",
+            "reward_model.profile_ranks=[]", PLANTED])
+    finally:
+        ray.shutdown()
+    return out, result["manifest"]
+
+
+def _sqlite_durations(report_path):
+    """(phase name → [durations ns]) straight from the export, independent of verlprof.report."""
+    db = sqlite3.connect(str(export_sqlite(report_path)))
+    try:
+        rows = db.execute(
+            "SELECT coalesce(e.text, s.value), e.end - e.start FROM NVTX_EVENTS e LEFT JOIN "
+            "StringIds s ON e.textId = s.id WHERE e.eventType IN (59, 60) AND e.end IS NOT NULL"
+        ).fetchall()
+    finally:
+        db.close()
+    out = {}
+    for name, duration in rows:
+        out.setdefault(name, []).append(duration)
+    return out
+
+
+def test_planted_straggler_is_flagged_and_nothing_else(demo_run):
+    out, _ = demo_run
+    summary = summarize(out, min_excess_ms=100, console=Console(quiet=True))
+    flagged = {(s.step, s.group, s.rank, s.phase) for s in summary.stragglers}
+    assert flagged == {(1, "critic", 1, "update_critic"), (2, "critic", 1, "update_critic")}
+    assert not summary.missing
+    assert os.path.getsize(summary.paths["timeline.png"]) > 10_000
+
+
+def test_durations_agree_with_the_sqlite(demo_run):
+    out, manifest = demo_run
+    summary = summarize(out, console=Console(quiet=True), picture=False)
+    checked = 0
+    for entry in manifest["reports"]:
+        if entry["group"] == "controller":
+            continue
+        direct = _sqlite_durations(os.path.join(out, entry["path"]))
+        rows = [r for r in summary.rows if r.group == entry["group"] and r.rank == entry["rank"]
+                and r.step == entry["steps"][0]]
+        assert rows, entry["path"]
+        for row in rows:
+            assert [row.duration_ns] == direct[f"{row.role}/{row.phase}"], (entry["path"], row)
+            checked += 1
+    assert checked == 2 * (4 + 2 * 2)  # steps × (arr rank 0: 4 phases + critic 2 ranks × 2)
+
+
+def test_truncated_and_missing_reports_are_named_and_the_rest_summarised(demo_run, tmp_path):
+    src, manifest = demo_run
+    out = str(tmp_path / "copy")
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.sqlite", "summary"))
+    workers = [e for e in manifest["reports"] if e["group"] != "controller"]
+    truncated, deleted = workers[0]["path"], workers[1]["path"]
+    with open(os.path.join(out, truncated), "r+b") as handle:
+        handle.truncate(os.path.getsize(os.path.join(out, truncated)) // 3)
+    os.remove(os.path.join(out, deleted))
+    summary = summarize(out, console=Console(quiet=True), picture=False)
+    problems = {p.path: p for p in summary.missing}
+    assert set(problems) == {truncated, deleted}
+    assert problems[truncated].kind == "unreadable"
+    assert problems[deleted].kind == "missing" and "not there" in problems[deleted].reason
+    summarised = {(r.group, r.rank, r.step) for r in summary.rows if r.group != "controller"}
+    assert len(summarised) == len(workers) - 2
+    with open(os.path.join(out, "summary", "summary.md")) as handle:
+        text = handle.read()
+    assert truncated in text and deleted in text
