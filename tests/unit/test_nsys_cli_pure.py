@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verlprof.backends import nsys_cli
+from verlprof.backends import nsys_cli, nsys_procs
 
 
 def test_parse_version():
@@ -41,6 +41,6 @@ def test_first_error_line_skips_progress_and_usage():
 
 
 def test_agent_session_pid_parsing():
-    assert nsys_cli._SESSION_PID_RE.match("profile-python-5517").group(1) == "5517"
-    assert nsys_cli._SESSION_PID_RE.match("profile-my-app-1-77").group(1) == "77"
-    assert nsys_cli._SESSION_PID_RE.match("mysession") is None
+    assert nsys_procs._SESSION_PID_RE.match("profile-python-5517").group(1) == "5517"
+    assert nsys_procs._SESSION_PID_RE.match("profile-my-app-1-77").group(1) == "77"
+    assert nsys_procs._SESSION_PID_RE.match("mysession") is None
