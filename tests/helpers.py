@@ -24,3 +24,21 @@ def require_nsys() -> str:
             pytest.fail(f"{msg}; CI=true requires Nsight Systems", pytrace=False)
         pytest.skip(msg)
     return exe
+
+
+def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:
+    """No ``nsys --start-agent`` started since ``before`` (a set of pids) is left orphaned.
+
+    Agents of a run that just ended may take a few seconds to exit: wait for them, bounded.
+    Agents whose owning nsys is still alive belong to someone still running (another test
+    session on a shared machine) and are not ours to judge.
+    """
+    import time
+
+    from verlprof.backends.nsys_cli import list_agents, orphan_agents
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and [a for a in list_agents() if a.pid not in before]:
+        time.sleep(0.5)
+    leaked = [a for a in orphan_agents(0) if a.pid not in before]
+    assert not leaked, f"nsys agents left behind: {leaked}"

@@ -122,7 +122,8 @@ def nsys_run(tmp_path_factory):
                             reports=tuple(entries), groups={"actor_rollout_ref": 2}), out)
     console = Console(file=io.StringIO(), width=160)
     began = time.monotonic()
-    summary = summarize(out, jobs=2, console=console)
+    # 2.5×: the planted stragglers are 4×; sleep jitter on a loaded machine stays below
+    summary = summarize(out, jobs=2, console=console, threshold=2.5)
     return {"out": out, "summary": summary, "logs": logs, "text": console.file.getvalue(),
             "seconds": time.monotonic() - began}
 
@@ -180,10 +181,13 @@ def test_controller_steps_and_records(nsys_run):
     assert sorted((r.step, r.phase) for r in ctl) == sorted(
         (s, p) for s in (1, 2) for p in ("generate_sequences", "compute_log_prob",
                                          "update_actor"))
-    for step in summary.steps:  # every worker phase of a step lies inside the controller step
-        for r in summary.records:
-            if r.step == step.step and r.group == "actor_rollout_ref":
-                assert step.start_ns <= r.start_ns and r.end_ns <= step.end_ns
+    # each worker phase is placed in the controller step whose span it starts in (the span
+    # runs to the next step's start: the fixture's processes keep time by sleeping, so under
+    # load a phase may end after the controller's own step range has closed)
+    starts = [s.start_ns for s in summary.steps] + [float("inf")]
+    for r in summary.records:
+        if r.group == "actor_rollout_ref":
+            assert starts[r.step - 1] <= r.start_ns < starts[r.step], r
 
 
 def test_planted_straggler_is_the_only_one(nsys_run):
@@ -263,7 +267,8 @@ def torch_run(tmp_path_factory):
                       w["end_ns"]) for w in windows]
     write_manifest(Manifest(tool="torch", output_dir=out, step_windows=((1,), (2,)),
                             reports=tuple(entries)), out)
-    summary = summarize(out, console=Console(file=io.StringIO()), picture=False)
+    summary = summarize(out, console=Console(file=io.StringIO()), picture=False,
+                        threshold=2.5)
     return {"out": out, "summary": summary, "windows": windows}
 
 

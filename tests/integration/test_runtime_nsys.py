@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.helpers import require_nsys
+from tests.helpers import assert_no_leaked_agents, require_nsys
 from tests.integration.runtime_helpers import (
     PHASES_OF_GROUP,
     files_on_disk,
@@ -32,8 +32,7 @@ def ray_cluster():
              log_to_driver=False)
     yield
     ray.shutdown()
-    leaked = [a for a in list_agents() if a.pid not in agents_before]
-    assert not leaked, f"nsys agents left behind: {leaked}"
+    assert_no_leaked_agents(agents_before)
 
 
 def test_whole_steps_rank_subsets_and_bounded_controller(ray_cluster, tmp_path):
