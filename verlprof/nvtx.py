@@ -85,6 +85,17 @@ _LOG = logging.getLogger(__name__)
 _COLOR = 0xFF76B900  # ARGB
 
 
+def cached(cache: Dict[Any, Any], key: Any, lock: threading.Lock, make) -> Any:
+    """``cache[key]``, made once under ``lock`` (emitters are shared across threads)."""
+    value = cache.get(key)
+    if value is None:
+        with lock:
+            value = cache.get(key)
+            if value is None:
+                value = cache[key] = make()
+    return value
+
+
 class NullEmitter:
     """No profiler attached: every call is a no-op returning ``None``."""
 
@@ -150,14 +161,7 @@ class _PackageEmitter(NvtxEmitter):
         self._lock = threading.Lock()
 
     def _domain(self, domain: str) -> Any:
-        d = self._domains.get(domain)
-        if d is None:
-            with self._lock:
-                d = self._domains.get(domain)
-                if d is None:
-                    d = self._nvtx.get_domain(domain)
-                    self._domains[domain] = d
-        return d
+        return cached(self._domains, domain, self._lock, lambda: self._nvtx.get_domain(domain))
 
     def _attr(self, name: str, domain: str):
         key = (domain, name)

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from verlprof.nvtx import _COLOR, LIB_ENV, MAX_REGISTERED, NVTX_DOMAIN, NvtxEmitter
+from verlprof.nvtx import _COLOR, LIB_ENV, MAX_REGISTERED, NVTX_DOMAIN, NvtxEmitter, cached
 
 
 class _Payload(ctypes.Union):
@@ -108,14 +108,8 @@ class _CtypesEmitter(NvtxEmitter):
         self._lock = threading.Lock()
 
     def _domain(self, domain: str) -> int:
-        d = self._domains.get(domain)
-        if d is None:
-            with self._lock:
-                d = self._domains.get(domain)
-                if d is None:
-                    d = self._c.nvtxDomainCreateA(domain.encode())
-                    self._domains[domain] = d
-        return d
+        return cached(self._domains, domain, self._lock,
+                      lambda: self._c.nvtxDomainCreateA(domain.encode()))
 
     def _attr(self, name: str, domain: str):
         key = (domain, name)

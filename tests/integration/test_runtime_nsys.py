@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.helpers import assert_no_leaked_agents, require_nsys
+from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import (
     PHASES_OF_GROUP,
     files_on_disk,
@@ -17,22 +17,13 @@ from tests.integration.runtime_helpers import (
     processes_by_target,
     run_case,
 )
-from verlprof.backends.nsys_cli import list_agents
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
+@pytest.fixture(scope="module", autouse=True)
+def _nsys():
     require_nsys()
-    import ray
-
-    agents_before = {a.pid for a in list_agents()}
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-    assert_no_leaked_agents(agents_before)
 
 
 def test_whole_steps_rank_subsets_and_bounded_controller(ray_cluster, tmp_path):

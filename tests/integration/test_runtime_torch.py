@@ -14,15 +14,6 @@ from tests.integration.runtime_helpers import files_on_disk, planned_files, run_
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def load(path):
     with gzip.open(path, "rt") as handle:
         return json.load(handle)

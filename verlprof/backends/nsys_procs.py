@@ -29,7 +29,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
 MARKER_ENV = "VERLPROF_NSYS_RUN"
 """Environment variable carrying a per-call marker into every process an nsys call starts."""
@@ -243,19 +243,24 @@ def reap_orphan_agents(older_than_s: float = 60.0, grace_s: float = DEFAULT_KILL
 _TEMP_RE = re.compile(r"^nsys-report-[0-9a-fA-F]+\.qdstrm$")
 
 
+def open_files(pid: int) -> Iterator[str]:
+    """Paths process ``pid`` holds open (nothing when it is gone or not ours to read)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+
+
 def _nsys_temp_files(pids: Iterable[int]) -> Set[str]:
     """``nsys-report-XXXX.qdstrm`` files that ``pids`` hold open (the agent writes them)."""
     out: Set[str] = set()
     for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
+        for target in open_files(pid):
             if _TEMP_RE.match(os.path.basename(target)):
                 out.add(target)
     return out

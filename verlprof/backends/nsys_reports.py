@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Union
 
-from verlprof.backends.nsys_procs import _pids
+from verlprof.backends.nsys_procs import _pids, open_files
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -68,15 +68,7 @@ def _busy_paths(candidates: Set[str]) -> Set[str]:
             for i, a in enumerate(argv[:-1]):
                 if a == "--output-file":
                     busy.add(os.path.realpath(argv[i + 1]))
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
+        for target in open_files(pid):
             if target in candidates:
                 busy.add(target)
     return busy & candidates
