@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Optional
+from typing import List, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +33,20 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_files_table(plan))
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    for line in next_steps(plan):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def next_steps(plan: ProfilePlan) -> List[str]:
+    """What to do after reading the plan: how to get the reports, then how to read them."""
+    if not plan.enabled:
+        return ["next steps: choose steps and ranks, e.g. 'trainer.profile_steps=[3,4]' "
+                "'actor_rollout_ref.actor.profile_ranks=[0]' (docs/user_guide.md)"]
+    out_dir = shlex.quote(plan.output_dir)
+    return ["next steps:",
+            "  run:  start the trainer with this config and the same overrides (only the "
+            "ranks above are wrapped)",
+            f"  then: verlprof report {out_dir}"]
 
 
 def _ranks_table(plan: ProfilePlan) -> Table:

@@ -49,10 +49,18 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
     """Add ``report`` to an ``add_subparsers()`` object; returns the new parser."""
     parser = subparsers.add_parser(
         "report", help="summarise a profiled run: per-step tables, stragglers, timeline",
-        description="Read every report listed in OUTPUT_DIR/manifest.json and write "
-                    "summary/summary.csv, summary.md, timeline.png and timeline.html.")
+        description="Read every report listed in OUTPUT_DIR/manifest.json (nsys reports "
+                    "through 'nsys export', cached as .sqlite next to each), print one table "
+                    "per step (phase x rank, in ms) and the stragglers, and write "
+                    "summary/summary.csv, summary.md, timeline.png and timeline.html. Missing "
+                    "or unreadable reports are listed with the reason; the rest are still "
+                    "summarised.",
+        epilog="then open single reports: nsys-ui <report>.nsys-rep (or nsys stats in a "
+               "terminal); torch traces (.pt.trace.json.gz) at https://ui.perfetto.dev. "
+               "See docs/user_guide.md#analysis.")
     parser.add_argument("output_dir", metavar="OUTPUT_DIR",
-                        help="the run's output directory (holds manifest.json)")
+                        help="the run's output directory, the one that holds manifest.json "
+                             "(verlprof plan prints it)")
     parser.add_argument("--threshold", type=_positive_float, default=DEFAULT_THRESHOLD,
                         metavar="X", help="flag a rank slower than X × the median of the other "
                         f"ranks (default {DEFAULT_THRESHOLD:g})")
@@ -61,7 +69,8 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                         help="...and at least MS milliseconds slower "
                         f"(default {DEFAULT_MIN_EXCESS_MS:g})")
     parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
-                        help="reports read in parallel (default: one per core)")
+                        help="reports read in parallel (default: one per core when there is "
+                             "enough to read, else 1)")
     parser.add_argument("--no-picture", dest="picture", action="store_false",
                         help="skip timeline.png and timeline.html")
     return parser
@@ -76,7 +85,11 @@ def run_report_command(args: argparse.Namespace) -> int:
                   min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                   jobs=args.jobs, picture=args.picture)
     except ValueError as err:
-        print(f"verlprof: report: {err}", file=sys.stderr)
+        hint = ""
+        if "no manifest here" in str(err):
+            hint = (" (the manifest is written when the run ends: pass the output_dir that "
+                    "verlprof plan or the demo printed)")
+        print(f"verlprof: report: {err}{hint}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the summary directory cannot be written
         print(f"verlprof: report: cannot write the summary: {err}", file=sys.stderr)

@@ -56,6 +56,10 @@ def print_summary(summary: Summary, console: Console) -> None:
         console.print(f"note: {note}", highlight=False, markup=False)
     for name, path in s.paths.items():
         console.print(f"{name}: {path}", highlight=False, markup=False)
+    from verlprof.report.next_steps import next_steps
+
+    for line in next_steps(s):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _widths(st: StepTable) -> List[int]:

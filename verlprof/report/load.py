@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -33,6 +33,7 @@ from verlprof.manifest import (
     ReportEntry,
 )
 from verlprof.nvtx import CAPTURE_RANGE
+from verlprof.progress import Progress
 from verlprof.report.model import (
     CONTROLLER_GROUP,
     CONTROLLER_ROLE,
@@ -77,27 +78,44 @@ def read_one(task: Task) -> ReportData:
         return ReportData(index=index, error=f"{type(err).__name__}: {err}")
 
 
-def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None) -> List[ReportData]:
+def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
+                 progress: Optional[Progress] = None) -> List[ReportData]:
     """Read all tasks; results in task order.
 
     ``jobs`` > 1: that many pool processes. ``jobs`` None: one per core, but only when the
     uncached work (nsys reports without a fresh sqlite, torch traces) is at least
     :data:`POOL_MIN_BYTES`: below that, starting the workers costs more than it saves.
+    ``progress`` (a :class:`~verlprof.progress.Progress`) advances once per report read.
     """
     if not tasks:
         return []
+    progress = progress or Progress.disabled()
     if jobs is None:
         jobs = (os.cpu_count() or 1) if _work_bytes(tasks) >= POOL_MIN_BYTES else 1
     jobs = max(1, min(jobs, len(tasks)))
-    if jobs == 1:
-        return [read_one(task) for task in tasks]
-    try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
-            return list(pool.map(read_one, tasks))
-    except (BrokenProcessPool, RuntimeError, OSError):
-        # workers could not start (e.g. spawn from a script without a __main__ guard, or no
-        # processes left): read in this process instead; slower, same result
-        return [read_one(task) for task in tasks]
+    if jobs > 1:
+        try:
+            return _read_in_pool(tasks, jobs, progress)
+        except (BrokenProcessPool, RuntimeError, OSError):
+            # workers could not start (e.g. spawn from a script without a __main__ guard, or
+            # no processes left): read in this process instead; slower, same result
+            progress.done = 0
+    out = []
+    for task in tasks:
+        out.append(read_one(task))
+        progress.advance(os.path.basename(task[1]))
+    return out
+
+
+def _read_in_pool(tasks: Sequence[Task], jobs: int, progress: Progress) -> List[ReportData]:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+        futures = {pool.submit(read_one, task): i for i, task in enumerate(tasks)}
+        results: List[Optional[ReportData]] = [None] * len(tasks)
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            progress.advance(os.path.basename(tasks[i][1]))
+    return [r for r in results if r is not None]
 
 
 def _pool_context():
@@ -124,8 +142,10 @@ def _work_bytes(tasks: Sequence[Task]) -> int:
 
 
 def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
-         export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S) -> LoadResult:
-    """Read every readable report of ``manifest`` and normalise it."""
+         export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
+         show_progress: bool = False) -> LoadResult:
+    """Read every readable report of ``manifest`` and normalise it; ``show_progress``: a
+    :class:`~verlprof.progress.Progress` on stderr, one step per report read."""
     problems: List[Problem] = []
     tasks: List[Task] = []
     for index, entry in enumerate(manifest.reports):
@@ -155,7 +175,9 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
             continue
         tasks.append((index, full, entry.backend, entry.window_start_ns, export_timeout))
     began = time.monotonic()
-    datas = read_reports(tasks, jobs)
+    label = "reading reports"
+    with (Progress(label, len(tasks)) if show_progress else Progress.disabled()) as progress:
+        datas = read_reports(tasks, jobs, progress)
     seconds = time.monotonic() - began
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:

@@ -54,7 +54,8 @@ class Summary:
 def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
               min_excess_ms: float = DEFAULT_MIN_EXCESS_MS, jobs: Optional[int] = None,
               picture: bool = True, console: Optional[Console] = None, write: bool = True,
-              export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S) -> Summary:
+              export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
+              progress: Optional[bool] = None) -> Summary:
     """Summarise ``output_dir`` (a directory with a ``manifest.json``).
 
     Reads every report (``jobs`` processes, default one per core), builds the per-step table,
@@ -63,7 +64,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     ``console`` (a rich Console; default stdout; pass ``Console(quiet=True)`` for silence), and
     writes ``summary/summary.csv``, ``summary.md`` and, when ``picture``, ``timeline.png`` and
     ``timeline.html``. Raises ValueError (one line) when ``output_dir`` has no valid manifest
-    or a setting is out of range; a bad report never raises.
+    or a setting is out of range; a bad report never raises. ``progress``: show the reading
+    progress on stderr (default: when ``console`` is not given, as in the CLI).
     """
     if threshold <= 0:
         raise ValueError(f"--threshold must be positive, got {threshold:g}")
@@ -74,7 +76,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     if not os.path.isdir(output_dir):
         raise ValueError(f"{output_dir}: not a directory")
     manifest = read_manifest(output_dir)
-    loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout)
+    loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout,
+                  show_progress=console is None if progress is None else progress)
     summary = analyse(output_dir, manifest, loaded, threshold, min_excess_ms)
     if write:
         write_outputs(summary, picture=picture)

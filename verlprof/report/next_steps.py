@@ -1,0 +1,66 @@
+"""What to do after ``verlprof report``: which file to open first, and with what.
+
+Printed at the end of the summary (``verlprof report`` and ``verlprof demo``). Each line names
+a real file of this run and the program that opens it: ``nsys-ui`` for Nsight Systems reports,
+Perfetto for torch traces and rocprof-sys output, a browser for the timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING, List, Optional
+
+from verlprof.manifest import STATUS_OK, ReportEntry
+from verlprof.report.model import CONTROLLER_GROUP
+
+if TYPE_CHECKING:
+    from verlprof.report.summary import Summary
+
+PERFETTO_URL = "https://ui.perfetto.dev"
+GUIDE = "docs/user_guide.md"
+
+
+def next_steps(summary: Summary) -> List[str]:
+    """Lines (without a trailing newline) telling the user what to open next."""
+    out: List[str] = []
+    reports = [r for r in summary.manifest.reports if r.status == STATUS_OK]
+    html = summary.paths.get("timeline.html")
+    if html:
+        out.append(f"  timeline:       open {_quote(html)} in a browser "
+                   "(a picture: timeline.png next to it)")
+    first = _first_to_open(summary, reports)
+    if first is not None:
+        path = _quote(os.path.join(summary.output_dir, first.path))
+        why = "the slowest rank" if summary.stragglers else "one report"
+        if first.backend == "nsys":
+            out.append(f"  {why + ':':<15} nsys-ui {path}")
+            out.append(f"  {'in a terminal:':<15} nsys stats {path}")
+        elif first.backend == "torch":
+            out.append(f"  {why + ':':<15} {PERFETTO_URL} > Open trace file > {path}")
+        else:
+            out.append(f"  {why + ':':<15} {path} (rocprof-sys output: open its .proto "
+                       f"files in {PERFETTO_URL})")
+    if summary.missing:
+        out.append(f"  {'problems:':<15} {len(summary.missing)} report(s) not summarised; "
+                   f"the reasons are listed above and in manifest.json ({GUIDE}, "
+                   "\"When a report is missing\")")
+    return ["next steps:", *out] if out else []
+
+
+def _first_to_open(summary: Summary, reports: List[ReportEntry]) -> Optional[ReportEntry]:
+    """The straggler's report when there is one, else the first worker report of the run."""
+    for straggler in summary.stragglers:
+        for record in summary.records:
+            if (record.step, record.group, record.rank) == (
+                    straggler.step, straggler.group, straggler.rank):
+                match = [r for r in reports if r.path == record.report_path]
+                if match:
+                    return match[0]
+    workers = [r for r in reports if r.group != CONTROLLER_GROUP]
+    pool = workers or reports
+    return min(pool, key=lambda r: (r.steps, r.group, r.rank, r.path)) if pool else None
+
+
+def _quote(path: str) -> str:
+    return shlex.quote(path)
