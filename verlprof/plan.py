@@ -33,8 +33,6 @@ PHASE_ORDER = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob",
                "compute_values", "compute_rm_score", "update_critic", "update_actor")
 """The order phases run in within a PPO step (plan listings follow it)."""
 
-CONTROLLER_OPTIONS_KEY = "trainer.controller_nsight_options"
-WORKER_OPTIONS_KEY = "trainer.worker_nsight_options"
 
 
 @dataclass(frozen=True)
@@ -99,6 +97,9 @@ class ProcessPlan:
     """Where the process writes before collection renames its reports."""
     world_size: int = 1
     """World size of the process's group (recorded in torch traces)."""
+    capture_options: Dict[str, Any] = field(default_factory=dict)
+    """Settings the in-process backend applies to each window (torch: ``record_shapes``,
+    ``profile_memory``, ``with_stack``, ``cuda``)."""
 
     @property
     def reports(self) -> Tuple[Report, ...]:
@@ -202,8 +203,9 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                            ControllerPlan(), config.source, tuple(warnings))
     trigger = None
     if config.tool == "nsys":
-        commands.check_trace_has_nvtx(config.nsys.worker_options, WORKER_OPTIONS_KEY)
-        trigger, _ = commands.resolve_trigger(config.nsys, WORKER_OPTIONS_KEY, topology.cuda)
+        key = config.nsys.worker_options_key
+        commands.check_trace_has_nvtx(config.nsys.worker_options, key)
+        trigger, _ = commands.resolve_trigger(config.nsys, key, topology.cuda)
     processes = []
     for group in topology.groups:
         mode = _group_mode(config, group)
@@ -279,18 +281,22 @@ def _process_plan(config: ProfilingConfig, topology: Topology, group: GroupTopol
     windows = _process_windows(config, group, rank, selecting, mode, step_windows)
     argv: Tuple[str, ...] = ()
     env: Dict[str, str] = {}
+    options: Dict[str, Any] = {}
     if config.tool == "nsys":
         argv = commands.nsys_argv(
             config.nsys, options=config.nsys.worker_options, flags=config.nsys.worker_flags,
-            options_key=WORKER_OPTIONS_KEY, trigger=trigger, windows=len(windows),
+            options_key=config.nsys.worker_options_key, trigger=trigger, windows=len(windows),
             output=paths.raw_prefix(config.output_dir, group.name, rank),
             cpu_only=not topology.cuda, warnings=warnings)
         env = dict(commands.NSYS_NVTX_ENV) if trigger == "nvtx" else {}
+    elif config.tool == "torch":
+        options = asdict(config.torch)
     elif config.tool == "rocprof_sys":
         argv = commands.rocprof_argv(config.rocprof_sys, "trainer.profiler.rocprof_sys.args")
         env = commands.rocprof_env(config.rocprof_sys, config.output_dir, group.name, rank)
     return ProcessPlan(group.name, rank, group.roles, selecting, mode, config.tool, windows, argv,
-                       env, paths.raw_dir(config.output_dir, group.name, rank), group.world_size)
+                       env, paths.raw_dir(config.output_dir, group.name, rank), group.world_size,
+                       options)
 
 
 def _controller_plan(config: ProfilingConfig, topology: Topology,
@@ -298,10 +304,11 @@ def _controller_plan(config: ProfilingConfig, topology: Topology,
     """The controller always uses the nvtx trigger: it does no GPU work of its own."""
     if config.tool != "nsys" or not config.nsys.controller_options:
         return ControllerPlan()
-    commands.check_trace_has_nvtx(config.nsys.controller_options, CONTROLLER_OPTIONS_KEY)
+    key = config.nsys.controller_options_key
+    commands.check_trace_has_nvtx(config.nsys.controller_options, key)
     argv = commands.nsys_argv(
         config.nsys, options=config.nsys.controller_options, flags=config.nsys.controller_flags,
-        options_key=CONTROLLER_OPTIONS_KEY, trigger="nvtx", windows=len(windows),
+        options_key=key, trigger="nvtx", windows=len(windows),
         output=paths.controller_prefix(config.output_dir), cpu_only=not topology.cuda,
         warnings=warnings)
     return ControllerPlan(argv, dict(commands.NSYS_NVTX_ENV), windows,

@@ -74,3 +74,9 @@ def test_loaded_config_is_frozen():
     loaded = load_config(str(PPO), env={})
     with pytest.raises(dataclasses.FrozenInstanceError):
         loaded.warnings = ("x",)  # type: ignore[misc]
+
+
+def test_steps_after_the_last_training_step_warn():
+    loaded = load_config(str(PPO), ["trainer.profile_steps=[2,7]"])
+    assert any(w.startswith("trainer.profile_steps: step(s) [7] come after "
+                            "trainer.total_training_steps (3)") for w in loaded.warnings)

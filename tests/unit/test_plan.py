@@ -12,6 +12,7 @@ from verlprof.config.schema import (
     NsysConfig,
     ProfilingConfig,
     RocprofSysConfig,
+    TorchProfilerConfig,
 )
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan, group_step_windows
@@ -214,3 +215,20 @@ def test_step_windows_partition_the_steps(steps, continuous):
     if continuous:
         for a, b in zip(windows, windows[1:]):
             assert b[0] > a[-1] + 1
+
+
+def test_torch_settings_reach_the_process_plan():
+    cfg = dataclasses.replace(config(tool="torch", actor=comp([0])),
+                              torch=TorchProfilerConfig(record_shapes=True, with_stack=True))
+    options = build_plan(cfg, CPU).process("actor_rollout_ref", 0).capture_options
+    assert options == {"record_shapes": True, "profile_memory": False, "with_stack": True,
+                       "cuda": None}
+
+
+def test_messages_name_the_key_the_options_came_from():
+    key = "global_profiler.global_tool_config.nsys.worker_nsight_options"
+    cfg = dataclasses.replace(config(actor=comp([0])), nsys=NsysConfig(
+        worker_options={"t": "osrt"}, worker_options_key=key))
+    with pytest.raises(ConfigError) as err:
+        build_plan(cfg, CPU)
+    assert str(err.value).startswith(key + ".t: must include nvtx")

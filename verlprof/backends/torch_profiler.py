@@ -33,7 +33,8 @@ class TorchCapture(Capture):
         from torch.profiler import ProfilerActivity
 
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
+        cuda = self.plan.capture_options.get("cuda")
+        if torch.cuda.is_available() if cuda is None else cuda:
             activities.append(ProfilerActivity.CUDA)
         return activities
 
@@ -41,7 +42,11 @@ class TorchCapture(Capture):
         import torch
 
         self._count += 1
-        self._profiler = torch.profiler.profile(activities=self._activities())
+        options = self.plan.capture_options
+        self._profiler = torch.profiler.profile(
+            activities=self._activities(), record_shapes=bool(options.get("record_shapes")),
+            profile_memory=bool(options.get("profile_memory")),
+            with_stack=bool(options.get("with_stack")))
         self._profiler.start()
         self._profiler.add_metadata_json("distributedInfo", json.dumps(
             {"rank": self.plan.rank, "world_size": self.plan.world_size, "backend": "verlprof"}))

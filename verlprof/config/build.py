@@ -96,11 +96,25 @@ def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
     nemo_env.apply(draft, env, topology)
     profiler_block.check_options(draft)
     v.check_draft(draft)
+    _warn_steps_beyond_the_run(draft, raw)
     profiling = to_profiling(draft)
     warnings = _unique(draft.warnings)
     for message in warnings:
         logger.warning(message)
     return LoadedConfig(profiling=profiling, topology=topology, warnings=warnings, raw=raw)
+
+
+def _warn_steps_beyond_the_run(draft: Any, raw: Mapping[str, Any]) -> None:
+    """A step after the last training step is never reached: say so instead of nothing."""
+    trainer = raw.get("trainer") if isinstance(raw.get("trainer"), Mapping) else {}
+    total = trainer.get("total_training_steps")
+    if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+        return
+    beyond = [s for s in draft.steps if s > total]
+    if beyond:
+        draft.warnings.append(f"{draft.steps_key}: step(s) {beyond} come after "
+                              f"trainer.total_training_steps ({total}) and will never be "
+                              "captured")
 
 
 def _copy(value: Any, depth: int) -> Any:

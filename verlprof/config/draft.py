@@ -110,6 +110,8 @@ def to_profiling(draft: Draft) -> ProfilingConfig:
             "controller_flags": draft.controller_flags,
             "trigger": draft.trigger,
             "executable": draft.nsys_executable,
+            "worker_options_key": draft.worker_options_key,
+            "controller_options_key": draft.controller_options_key,
         },
         "torch": dict(draft.torch),
         "rocprof_sys": dict(draft.rocprof_sys),

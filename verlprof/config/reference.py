@@ -103,6 +103,8 @@ KEYS: Dict[str, Keys] = {
         nemo="always false"),
     "ComponentConfig.ranks_key": Keys("", internal=True),
     "ComponentConfig.discrete_key": Keys("", internal=True),
+    "NsysConfig.worker_options_key": Keys("", internal=True),
+    "NsysConfig.controller_options_key": Keys("", internal=True),
     "NsysConfig.worker_options": Keys(
         "trainer.worker_nsight_options",
         global_profiler="`global_profiler.global_tool_config.nsys.worker_nsight_options`",

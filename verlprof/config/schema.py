@@ -101,6 +101,12 @@ class NsysConfig:
     executable: str = "nsys"
     """The nsys binary (a name on PATH or an absolute path) used on every node."""
 
+    worker_options_key: str = "trainer.worker_nsight_options"
+    """Full key the worker options were read from (set by the loader, for messages)."""
+
+    controller_options_key: str = "trainer.controller_nsight_options"
+    """Full key the controller options were read from (set by the loader, for messages)."""
+
 
 @dataclass(frozen=True)
 class TorchProfilerConfig:
