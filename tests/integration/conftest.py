@@ -15,7 +15,8 @@ def ray_cluster():
     from verlprof.backends.nsys_cli import list_agents
 
     before = {a.pid for a in list_agents()}
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
     yield
     ray.shutdown()
     assert_no_leaked_agents(before)

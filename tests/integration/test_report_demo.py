@@ -27,7 +27,8 @@ def demo_run(tmp_path_factory):
     import ray
 
     out = str(tmp_path_factory.mktemp("report_demo"))
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
     try:
         plan, result = run_case(out, [
             "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
