@@ -1,0 +1,142 @@
+"""``python -m benchmarks`` (``make bench``): every metric, one line each, then the table.
+
+Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
+are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
+it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
+``--only p1,p2,p3,p4,memory`` runs a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from typing import Callable, List
+
+from benchmarks.common import Result, machine
+
+SIZES = {
+    "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40, demo_pairs=1,
+                 demo_steps=40, p3_blocks=6, p3_block=12, p4_rounds=5),
+    "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5, demo_pairs=1,
+                  demo_steps=8, p3_blocks=2, p3_block=5, p4_rounds=1),
+}
+METRICS = ("p1", "p2", "p3", "memory", "p4")
+
+
+def log(line: str) -> None:
+    print(line, flush=True)
+
+
+def guarded(name: str, action: Callable[[], List[Result]]) -> List[Result]:
+    """A metric that fails is a row saying why, never the end of the run."""
+    began = time.perf_counter()
+    try:
+        results = action()
+    except Exception as err:  # noqa: BLE001 - report and go on with the other metrics
+        traceback.print_exc(file=sys.stdout)
+        results = [Result(name, None, None, goal_text="-",
+                          note=f"failed: {type(err).__name__}: {err}"[:300])]
+    for result in results:
+        print(result.line(), *result.details, sep="\n    ", flush=True)
+    log(f"  ({name}: {time.perf_counter() - began:.0f} s)")
+    return results
+
+
+def table(results: List[Result]) -> str:
+    rows = [("metric", "ratio", "goal", "verdict")]
+    for r in results:
+        rows.append((r.metric, "n/a" if r.ratio is None else f"{r.ratio:.3f}x",
+                     r.goal_text or ("none" if r.goal is None else f"<= {r.goal:g}x"),
+                     r.verdict))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
+    parser.add_argument("--only", default=",".join(METRICS),
+                        help=f"comma-separated subset of {','.join(METRICS)}")
+    args = parser.parse_args(argv)
+    only = {m.strip() for m in args.only.split(",") if m.strip()}
+    unknown = only - set(METRICS)
+    if unknown:
+        parser.error(f"unknown metric(s) {sorted(unknown)}; choose from {','.join(METRICS)}")
+    size = SIZES["quick" if args.quick else "full"]
+    began = time.perf_counter()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    log("verlprof benchmarks" + (" (--quick: sizes too small to mean anything)"
+                                 if args.quick else ""))
+    for key, value in machine().items():
+        log(f"  {key}: {value}")
+    log(f"  command: python -m benchmarks {' '.join(argv)}".rstrip())
+    log(f"  load average at start: {_load()} (other work on this machine skews every figure)")
+    results: List[Result] = []
+
+    if "p1" in only:
+        from benchmarks import p1_annotate
+
+        results += guarded("P1", lambda: [p1_annotate.run(size["p1_number"], size["p1_rounds"])])
+        results += guarded("P1 peer", lambda: [p1_annotate.run_peer(
+            size["p1_number"], size["peer_rounds"], log=log)])
+    if only & {"p2", "p3", "memory", "p4"}:
+        import ray
+
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 # 32 actors start at once: without this Ray warns about each batch of 2
+                 _system_config={"worker_maximum_startup_concurrency": 32})
+        try:
+            results += _ray_metrics(only, size)
+        finally:
+            ray.shutdown()
+
+    log("")
+    log(table(results))
+    misses = [r.metric.split(" ")[0] for r in results if r.verdict in ("MISS", "N/A")]
+    log(f"\n{len(results)} rows, {len(misses)} MISS or not measured"
+        + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
+        + f"; total {time.perf_counter() - began:.0f} s; load average at the end: {_load()}")
+    return 0
+
+
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as handle:
+            return " ".join(handle.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _ray_metrics(only, size) -> List[Result]:
+    results: List[Result] = []
+    if "p2" in only:
+        from benchmarks import p2_fanout
+
+        results += guarded("P2", lambda: p2_fanout.run(rounds=size["p2_rounds"], log=log))
+    runs: list = []
+    if only & {"p3", "memory"}:
+        from benchmarks import demo_runs, memory
+
+        results += guarded("demo runs", lambda: runs.extend(demo_runs.run_pairs(
+            size["demo_pairs"], size["demo_steps"], log=log)) or [])
+        if "memory" in only:
+            results += guarded("Memory", lambda: [memory.result(runs)])
+    if "p3" in only:
+        from benchmarks import p3_unselected
+
+        results += guarded("P3", lambda: [p3_unselected.run(
+            size["p3_blocks"], size["p3_block"], demo=runs, log=log)])
+    if "p4" in only:
+        from benchmarks import p4_report
+
+        results += guarded("P4", lambda: [p4_report.run(size["p4_rounds"], log=log)])
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

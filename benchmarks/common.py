@@ -1,0 +1,139 @@
+"""What every benchmark shares: a result row, interleaved A/B timing, medians, the machine.
+
+Every metric is a ratio of two things measured side by side in the same run, interleaved
+(A B A B ...), so that a slow moment of this noisy machine hits both sides alike. Nothing here
+asserts on absolute times.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK_DIR = os.path.join(ROOT, "benchmarks", ".work")
+"""Scratch space of the benchmarks (git-ignored): generated reports, step times."""
+DEMO_CONFIG = os.path.join(ROOT, "trainer_configs", "ppo_trainer.yaml")
+"""The demo's shipped config: every demo-based metric starts from it."""
+
+
+@dataclass
+class Result:
+    """One row of the final table."""
+
+    metric: str
+    ratio: Optional[float]
+    """Measured ratio (None: could not be measured, see ``note``)."""
+    goal: Optional[float]
+    """The ratio must be at most this (None: no goal, the row is reported as INFO)."""
+    goal_text: str = ""
+    details: List[str] = field(default_factory=list)
+    """Lines printed under the metric (the raw figures behind the ratio)."""
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio is None:
+            return "N/A"
+        if self.goal is None:
+            return "INFO"
+        return "PASS" if self.ratio <= self.goal else "MISS"
+
+    def line(self) -> str:
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.3f}x"
+        goal = self.goal_text or ("none" if self.goal is None else f"<= {self.goal:g}x")
+        tail = f"  ({self.note})" if self.note else ""
+        return f"{self.metric}: {ratio}  goal {goal}  {self.verdict}{tail}"
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def interleave(sides: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
+    """Run each side once per round, in the same order every round (A B A B ...); each call
+    returns one measurement. Returns every measurement per side."""
+    out: Dict[str, List[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, measure in sides.items():
+            out[name].append(measure())
+    return out
+
+
+def ns() -> int:
+    return time.perf_counter_ns()
+
+
+def ms(value_ns: float) -> str:
+    return f"{value_ns / 1e6:.2f} ms"
+
+
+def spread(values: Sequence[float]) -> str:
+    """``median [min..max] (n)`` of nanosecond values, in ms."""
+    return (f"median {ms(median(values))} [{ms(min(values))} .. {ms(max(values))}] "
+            f"n={len(values)}")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def ram_gib() -> str:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 1024 ** 2:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def os_name() -> str:
+    try:
+        with open("/etc/os-release") as handle:
+            for line in handle:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def machine() -> Dict[str, str]:
+    """The machine and versions the figures were measured with."""
+    info = {"nproc": str(os.cpu_count()), "cpu": cpu_model(), "ram": ram_gib(),
+            "os": f"{os_name()} ({platform.release()})",
+            "python": platform.python_version()}
+    for module in ("torch", "ray"):
+        try:
+            info[module] = __import__(module).__version__
+        except Exception as err:  # noqa: BLE001 - a version line must never stop the run
+            info[module] = f"unavailable ({type(err).__name__})"
+    from verlprof.backends.nsys_cli import find_nsys, nsys_version
+
+    exe = find_nsys()
+    info["nsys"] = (nsys_version(exe) or "does not run") if exe else "not installed"
+    return info
+
+
+def run_quiet(argv: Sequence[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout, check=False, **kwargs)
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,171 @@
+"""The benchmarks import and run at tiny sizes; their result rows are well formed. Nothing here
+asserts on a time: only on shapes, verdict logic and behaviour. Also: the exact-signature
+wrapper ``annotate`` builds for P1 behaves like the method it wraps."""
+
+import inspect
+import json
+import os
+
+import pytest
+
+from benchmarks import common, demo_runs, memory, p1_annotate, p2_fanout, p3_unselected, p4_report
+from benchmarks.__main__ import METRICS, table
+from verlprof.worker import ProfilingWorkerMixin, annotate
+
+
+def test_result_verdicts_and_line():
+    assert common.Result("m", 1.2, 1.25).verdict == "PASS"
+    assert common.Result("m", 1.3, 1.25).verdict == "MISS"
+    assert common.Result("m", None, 1.25).verdict == "N/A"
+    assert common.Result("m", 1.1, None).verdict == "INFO"
+    line = common.Result("P9 thing", 1.3, 1.25).line()
+    assert line.startswith("P9 thing: 1.300x") and "goal <= 1.25x" in line and "MISS" in line
+
+
+def test_interleave_alternates_sides_in_rounds():
+    calls = []
+    out = common.interleave({"a": lambda: calls.append("a") or 1.0,
+                             "b": lambda: calls.append("b") or 2.0}, rounds=3)
+    assert calls == ["a", "b"] * 3 and out == {"a": [1.0] * 3, "b": [2.0] * 3}
+
+
+def test_machine_names_every_version():
+    info = common.machine()
+    assert {"nproc", "cpu", "ram", "os", "python", "torch", "ray", "nsys"} <= set(info)
+
+
+def test_p1_runs_at_tiny_size():
+    result = p1_annotate.run(number=2000, rounds=1)
+    assert result.ratio is not None and result.ratio > 0 and result.verdict in ("PASS", "MISS")
+    assert len(result.details) == 2
+
+
+def test_p1_peer_unavailable_is_a_line_not_an_error(monkeypatch):
+    import benchmarks.peer as peer
+
+    monkeypatch.setattr(peer, "ensure_peer", lambda **_: (None, "no network"))
+    result = p1_annotate.run_peer(number=10, rounds=1, log=lambda _: None)
+    assert result.ratio is None and "peer unavailable: no network" in result.line()
+
+
+def test_p2_result_from_times():
+    times = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
+    ratio, growth = p2_fanout._result(times, [{"armed": None}] * 32, (8, 16, 32))
+    assert ratio.ratio == pytest.approx(1.2) and ratio.verdict == "PASS"
+    assert growth.ratio == pytest.approx(1.0) and growth.verdict == "PASS"
+
+
+@pytest.mark.integration
+def test_p2_runs_on_real_ray_at_tiny_size():
+    results = p2_fanout.run(sizes=(1, 2), rounds=2, log=lambda _: None)
+    assert [r.ratio is not None for r in results] == [True, True]
+
+
+def _run(on, wall, rss=100_000):
+    return demo_runs.DemoRun(on=on, seconds=1.0, peak_rss_kib=rss, wall_ns=wall,
+                             cpu_ns=wall, selected_wall_ns=wall, reports_ok=3, reports=3,
+                             wrapped=["actor_rollout_ref rank 0"] if on else [])
+
+
+def test_p3_helpers_and_memory_result_from_runs():
+    runs = [_run(True, [12e6] * 8, 110_000), _run(False, [10e6] * 8, 100_000)]
+    assert "= 1.200x" in p3_unselected._whole_runs(runs, warmup=2)
+    assert p3_unselected._pick([(1, 10), (2, 20), (3, 30)], [1, 3, 7], 1) == [10, 30]
+    mem = memory.result(runs)
+    assert mem.ratio == pytest.approx(1.1) and mem.verdict == "INFO"
+    assert memory.result([]).ratio is None
+
+
+def test_demo_run_overrides_leave_rank1_unselected():
+    from verlprof.demo.run import plan_demo
+
+    for on in (True, False):
+        _, plan, _ = plan_demo(common.DEMO_CONFIG, demo_runs.overrides("/tmp/x", 4, on))
+        selected = {(p.group, p.rank) for p in plan.processes}
+        assert ("actor_rollout_ref", 1) not in selected
+        assert bool(selected) is on
+
+
+def test_p4_subset_copies_one_step_with_its_manifest(tmp_path):
+    src, dst = tmp_path / "run", tmp_path / "small"
+    reports = []
+    for step in (1, 2):
+        rel = f"step000{step}/critic/rank0/r{step}.nsys-rep"
+        (src / os.path.dirname(rel)).mkdir(parents=True)
+        (src / rel).write_bytes(b"x")
+        (src / rel).with_suffix(".sqlite").write_bytes(b"cached")
+        reports.append({"steps": [step], "path": rel})
+    (src / "manifest.json").write_text(json.dumps({"output_dir": str(src), "reports": reports}))
+    copied = p4_report.subset(str(src), str(dst))
+    assert [os.path.relpath(p, dst) for p in copied] == ["step0001/critic/rank0/r1.nsys-rep"]
+    assert json.loads((dst / "manifest.json").read_text())["output_dir"] == str(dst)
+    p4_report.clean(str(src))
+    assert not list(src.rglob("*.sqlite"))
+
+
+def test_p4_result_from_times():
+    walls = {k: [2e9] for k in ("report", "report_jobs", "report_no_picture")}
+    walls.update(export_parallel=[1e9], export_serial=[1.5e9], report_small=[1.4e9],
+                 export_small=[0.4e9])
+    cpus = {k: [v[0] * 1.5] for k, v in walls.items()}
+    result = p4_report._result(walls, cpus, 16, 4, 2, {"read_s": "0.5"})
+    assert result.ratio == pytest.approx(2.0) and result.verdict == "MISS"
+    assert "1.50 of 2 cores" in result.note
+
+
+def test_table_lists_every_row():
+    text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
+    assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
+    assert METRICS == ("p1", "p2", "p3", "memory", "p4")
+
+
+# -- the exact-signature wrapper behind P1 ------------------------------------------------
+
+
+class _Session:
+    def __init__(self):
+        self.calls = []
+
+    def run_phase(self, role, phase, fn, owner, args, kwargs):
+        self.calls.append((role, phase, args, kwargs))
+        return fn(owner, *args, **kwargs)
+
+
+class _Worker(ProfilingWorkerMixin):
+    @annotate("actor")
+    def plain(self, a, b=2, *rest, c, d=4, **extra):
+        return (a, b, rest, c, d, extra)
+
+    @annotate("actor", phase="po")
+    def positional_only(self, a, /, b=[]):  # noqa: B006 - the default must be the same object
+        return a, b
+
+    @annotate("rollout")
+    def generic(*args):  # no explicit self: falls back to the generic wrapper
+        return args[1:]
+
+
+def test_exact_wrapper_keeps_signature_defaults_and_errors():
+    w = _Worker()
+    assert w.plain(1, c=3) == (1, 2, (), 3, 4, {})
+    assert w.plain(1, 5, 6, 7, c=3, d=9, e=10) == (1, 5, (6, 7), 3, 9, {"e": 10})
+    assert w.positional_only(1)[1] is _Worker.positional_only.__wrapped__.__defaults__[0]
+    assert w.generic(1, 2) == (1, 2)
+    assert inspect.signature(_Worker.plain) == inspect.signature(_Worker.plain.__wrapped__)
+    assert _Worker.plain.__name__ == "plain" and _Worker.plain.__verlprof_phase__ == \
+        ("actor", "plain")
+    with pytest.raises(TypeError, match="plain"):
+        w.plain(1)  # c is required
+    with pytest.raises(TypeError):
+        w.positional_only(a=1)
+
+
+def test_exact_wrapper_active_path_hands_every_argument_to_the_session():
+    w = _Worker()
+    w._verlprof_session = session = _Session()
+    w._verlprof_active = True
+    assert w.plain(1, 5, 6, c=3, e=10) == (1, 5, (6,), 3, 4, {"e": 10})
+    assert w.positional_only(7) == (7, [])
+    assert w.generic(1) == (1,)
+    assert session.calls == [("actor", "plain", (1, 5, 6), {"c": 3, "d": 4, "e": 10}),
+                             ("actor", "po", (7, []), {}), ("rollout", "generic", (1,), {})]
