@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -92,6 +92,11 @@ def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
     progress = progress or Progress.disabled()
     if jobs is None:
         jobs = (os.cpu_count() or 1) if _work_bytes(tasks) >= POOL_MIN_BYTES else 1
+        if jobs == 1 and _uncached_exports(tasks) > 1:
+            # small reports: the work is in the `nsys export` child processes, so threads
+            # overlap them on every core without a process pool's start-up cost
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as threads:
+                return _read_with(threads, tasks, progress)
     jobs = max(1, min(jobs, len(tasks)))
     if jobs > 1:
         try:
@@ -109,13 +114,36 @@ def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
 
 def _read_in_pool(tasks: Sequence[Task], jobs: int, progress: Progress) -> List[ReportData]:
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
-        futures = {pool.submit(read_one, task): i for i, task in enumerate(tasks)}
-        results: List[Optional[ReportData]] = [None] * len(tasks)
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
-            progress.advance(os.path.basename(tasks[i][1]))
+        return _read_with(pool, tasks, progress)
+
+
+def _read_with(executor: Executor, tasks: Sequence[Task],
+               progress: Progress) -> List[ReportData]:
+    futures = {executor.submit(read_one, task): i for i, task in enumerate(tasks)}
+    results: List[Optional[ReportData]] = [None] * len(tasks)
+    for future in as_completed(futures):
+        i = futures[future]
+        results[i] = future.result()
+        progress.advance(os.path.basename(tasks[i][1]))
     return [r for r in results if r is not None]
+
+
+def _uncached_exports(tasks: Sequence[Task]) -> int:
+    """nsys reports whose sqlite export is missing or older than the report."""
+    from verlprof.backends.nsys_cli import sqlite_path_for
+
+    count = 0
+    for task in tasks:
+        if task[2] != "nsys":
+            continue
+        cache = sqlite_path_for(task[1])
+        try:
+            if os.path.getmtime(cache) >= os.path.getmtime(task[1]):
+                continue
+        except OSError:
+            pass
+        count += 1
+    return count
 
 
 def _pool_context():
