@@ -13,35 +13,69 @@ from verlprof.errors import ConfigError, ProfilingRuntimeError
 
 EXIT_USAGE = 2
 
-EPILOG = """examples:
+EPILOG = """typical use:
+  verlprof plan --config trainer.yaml 'trainer.profile_steps=[3,4]' \\
+      'actor_rollout_ref.actor.profile_ranks=[0]'      # what will happen; starts nothing
+  (run the trainer with the same config and overrides)
+  verlprof report <output_dir>                          # tables, stragglers, timeline
+  nsys-ui <output_dir>/step0003/actor_rollout_ref/rank0/<report>.nsys-rep
+
+examples:
   verlprof plan --config trainer_configs/ppo_trainer.yaml 'trainer.profile_steps=[1,2,5]'
   verlprof plan --config trainer_configs/ppo_trainer.yaml --json > plan.json
-  verlprof check --config my_trainer.yaml critic.profile_ranks=[0]
+  verlprof check --config my_trainer.yaml 'critic.profile_ranks=[0]'
   verlprof demo 'trainer.profile_steps=[2,3]'
   verlprof report outputs/ppo_demo/profiling
+
+docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 """
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="verlprof", description="Profiling controller for Ray-based RL trainers.",
+        prog="verlprof",
+        description="Profiling controller for Ray-based RL trainers (verl style): plan which\n"
+                    "steps and ranks are profiled, check a config, run the CPU demo, and\n"
+                    "summarise a run's reports.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser, required: bool = True) -> None:
         p.add_argument("--config", required=required, metavar="FILE",
-                       help="trainer YAML (seed, verl 'profiler' or 'global_profiler' layout)")
+                       help="trainer YAML: verlprof's keys, verl's per-role 'profiler' "
+                            "blocks or verl's 'global_profiler' (docs/migrating_from_verl.md)")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                       help="dotlist overrides as verl users type them, e.g. "
-                            "'trainer.profile_steps=[1,2]' critic.profile_ranks=[0]")
+                       help="Hydra dotlist overrides as verl users type them, e.g. "
+                            "'trainer.profile_steps=[3,4]' "
+                            "'actor_rollout_ref.actor.profile_ranks=[0]'; prefix a key the "
+                            "YAML lacks with +. NRL_* environment variables apply too "
+                            "(docs/nemo_rl_env.md)")
 
-    plan = sub.add_parser("plan", help="print what will be profiled, how, and which files appear")
+    plan = sub.add_parser(
+        "plan", help="print what will be profiled, how, and which files appear",
+        description="Load the trainer config with the overrides, validate it, and print the "
+                    "plan: the profiled ranks of each worker group and their mode, the exact "
+                    "launch command of each wrapped process, and every report that will "
+                    "appear. Starts nothing.")
     with_config(plan)
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    check = sub.add_parser("check", help="validate a config; print nothing but warnings on success")
+    plan.add_argument("--json", action="store_true",
+                      help="print the whole plan as JSON (for scripts)")
+    check = sub.add_parser(
+        "check", help="validate a config; print nothing but warnings on success",
+        description="Validate the trainer config with the overrides and plan it. Prints one "
+                    "line and exits 0 when it is valid (warnings on stderr); exits 2 with "
+                    "one line naming the bad key otherwise.")
     with_config(check)
-    demo = sub.add_parser("demo", help="run the CPU demo PPO trainer with profiling on")
+    demo = sub.add_parser(
+        "demo", help="run the CPU demo PPO trainer with profiling on",
+        description="Run verlprof's small PPO trainer (actor_rollout_ref, critic and reward "
+                    "model worker groups) on CPU over Ray, profiled as the config says "
+                    "(default trainer_configs/ppo_trainer.yaml), then summarise it like "
+                    "'verlprof report'. Uses nsys when it is installed, else the torch "
+                    "profiler. About a minute on 2 cores.")
     with_config(demo, required=False)
+    demo.add_argument("--ray-address", metavar="ADDR", default=None,
+                      help="run on this existing Ray cluster (default: start a local one)")
     from verlprof.report.cli import add_report_subcommand
 
     add_report_subcommand(sub)
@@ -50,14 +84,28 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    from verlprof.controller import ProfilingTerminated
+
     try:
         return _dispatch(args)
     except (ConfigError, ProfilingRuntimeError) as err:
-        print(f"verlprof: {err}", file=sys.stderr)
+        print(f"verlprof: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
+    except ProfilingTerminated:
+        print("verlprof: terminated (SIGTERM); open windows were stopped and the reports "
+              "finalised", file=sys.stderr)
+        return 128 + 15
     except KeyboardInterrupt:
         print("verlprof: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's own message: one raised in a Ray worker carries a traceback around it."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, (ConfigError, ProfilingRuntimeError)):
+        err = cause
+    return " ".join(str(err).split())
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -90,7 +138,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from verlprof.demo.run import run_demo
 
-        return run_demo(args.config, args.overrides)
+        return run_demo(args.config, args.overrides, ray_address=args.ray_address)
     raise AssertionError(args.command)
 
 

@@ -29,9 +29,9 @@ def move_report(item: Dict[str, Any], output_dir: str, local_node_id: str,
     status, reason, transfer, size = item["status"], item.get("reason"), None, 0
     raw = item.get("raw_path")
     if status == STATUS_OK and raw:
-        target = paths.inside(output_dir, relpath)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
         try:
+            target = _report_target(output_dir, relpath, raw)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             if not item.get("node_id") or item.get("node_id") == local_node_id:
                 if os.path.isdir(raw):
                     shutil.copytree(raw, target, dirs_exist_ok=True)
@@ -48,7 +48,7 @@ def move_report(item: Dict[str, Any], output_dir: str, local_node_id: str,
             elif transfer == "ray":
                 actor.verlprof_discard.remote(raw)
         except Exception as err:  # one report's failure must not lose the others
-            status, reason = STATUS_MISSING, f"could not collect {raw}: {err}"
+            status, reason = STATUS_MISSING, " ".join(f"could not collect {raw}: {err}".split())
     return ReportEntry(
         steps=tuple(item["steps"]), group=item["group"], rank=item["rank"],
         component=item["component"], backend=item["backend"], path=relpath, status=status,
@@ -56,6 +56,17 @@ def move_report(item: Dict[str, Any], output_dir: str, local_node_id: str,
         node_id=item.get("node_id", ""), bytes=size, reason=reason,
         window_start_ns=item.get("window_start_ns"), window_end_ns=item.get("window_end_ns"),
         transfer=transfer)
+
+
+def _report_target(output_dir: str, relpath: str, raw: str) -> str:
+    """Where a report goes: strictly below output_dir, at a normalised relative path, never
+    onto an existing directory (a bad entry must not land somewhere unplanned)."""
+    target = paths.inside(output_dir, relpath)  # ValueError if it escapes
+    if (not relpath or os.path.isabs(relpath) or os.path.normpath(relpath) != relpath
+            or target == os.path.realpath(output_dir)
+            or (os.path.isdir(target) and not os.path.isdir(raw))):
+        raise ValueError(f"{relpath!r} is not a report path inside {output_dir}")
+    return target
 
 
 def move_all(items: List[Dict[str, Any]], actors: Dict[tuple, Any], output_dir: str,
@@ -76,6 +87,22 @@ def unreachable_entries(process: ProcessPlan, identity: Dict[str, Any], reason: 
              "raw_path": None, "bytes": 0, "status": STATUS_MISSING, "reason": reason,
              "host": identity.get("host", ""), "pid": identity.get("pid", 0),
              "node_id": identity.get("node_id", "")} for w in process.windows]
+
+
+def partial_reports(process: ProcessPlan, identity: Dict[str, Any]) -> List[str]:
+    """Raw files of a process that cannot be asked any more (dead, or not answering), where
+    this node can see them: nsys writes what it captured when its application dies mid-window,
+    and a hung process may have finished some reports. They stay in place, for post-mortems."""
+    pid = identity.get("pid")
+    if not pid or not process.raw_dir or not os.path.isdir(process.raw_dir):
+        return []
+    prefix = f"{paths.sanitize(process.group)}_rank{process.rank}_{int(pid)}"
+    try:
+        names = sorted(os.listdir(process.raw_dir))
+    except OSError:
+        return []
+    return [os.path.join(process.raw_dir, n) for n in names
+            if n == prefix or n.startswith(prefix + ".") or n.startswith(prefix + "_")]
 
 
 def _fetch_over_ray(actor: Any, raw: str, target: str) -> None:

@@ -62,4 +62,37 @@ def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> Lis
     return problems
 
 
-__all__ = ["alive", "settle_profilers", "settle_on_nodes"]
+
+
+def _send_signal(pid: int, signum: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0) -> bool:
+    """Send ``signum`` to ``pid`` on Ray node ``node_id`` (directly when it is this node)."""
+    import sys
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    local = ""
+    try:
+        local = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:
+        local = ""
+    if not node_id or node_id == local:
+        return _send_signal(pid, signum)
+    task = ray.remote(num_cpus=0)(_send_signal).options(
+        runtime_env={"py_executable": sys.executable},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+    ready, _ = ray.wait([task.remote(pid, signum)], timeout=timeout_s)
+    return bool(ready) and bool(ray.get(ready[0]))
+
+
+__all__ = ["alive", "settle_profilers", "settle_on_nodes", "signal_on_node"]

@@ -41,15 +41,60 @@ def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
     as is: the only cost is this wrapper and one attribute test.
     """
 
-    def decorate(fn: F) -> F:
-        name = phase or fn.__name__
+    import inspect
 
-        @functools.wraps(fn)
+    def generic(fn: Callable, name: str) -> Callable:
         def wrapper(self, *args, **kwargs):
             if self._verlprof_active:
                 return self._verlprof_session.run_phase(role, name, fn, self, args, kwargs)
             return fn(self, *args, **kwargs)
 
+        return wrapper
+
+    def exact(fn: Callable, name: str) -> Optional[Callable]:
+        """A wrapper with ``fn``'s own parameters, so that the off path forwards them with a
+        plain call: ``*args, **kwargs`` forwarding costs several times a bare method call on
+        CPython (benchmarks/p1_annotate.py). None when ``fn``'s signature cannot be copied."""
+        if not inspect.isfunction(fn):
+            return None
+        try:
+            params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        kinds = inspect.Parameter
+        if not params or params[0].kind not in (kinds.POSITIONAL_ONLY,
+                                                kinds.POSITIONAL_OR_KEYWORD) \
+                or any(p.name.startswith("_verlprof_") for p in params):
+            return None
+        bare = inspect.Signature([p.replace(default=kinds.empty, annotation=kinds.empty)
+                                  for p in params])
+        this, rest = params[0].name, params[1:]
+        positional = [p.name for p in rest if p.kind in (kinds.POSITIONAL_ONLY,
+                                                         kinds.POSITIONAL_OR_KEYWORD)]
+        positional += [f"*{p.name}" for p in rest if p.kind == kinds.VAR_POSITIONAL]
+        keyword = [f"{p.name}={p.name}" for p in rest if p.kind == kinds.KEYWORD_ONLY]
+        keyword += [f"**{p.name}" for p in rest if p.kind == kinds.VAR_KEYWORD]
+        as_dict = [f"{p.name!r}: {p.name}" for p in rest if p.kind == kinds.KEYWORD_ONLY]
+        as_dict += [f"**{p.name}" for p in rest if p.kind == kinds.VAR_KEYWORD]
+        source = (  # closure variables, not globals: LOAD_DEREF is the cheapest load
+            "def make(_verlprof_fn, _verlprof_role, _verlprof_name):\n"
+            f"    def wrapper{bare}:\n"
+            f"        if {this}._verlprof_active:\n"
+            f"            return {this}._verlprof_session.run_phase(_verlprof_role,"
+            f" _verlprof_name, _verlprof_fn, {this}, ({''.join(a + ', ' for a in positional)}),"
+            f" {{{', '.join(as_dict)}}})\n"
+            f"        return _verlprof_fn({', '.join([this, *positional, *keyword])})\n"
+            "    return wrapper\n")
+        scope: Dict[str, Any] = {}
+        exec(compile(source, f"<verlprof.annotate {fn.__qualname__}>", "exec"), scope)  # noqa: S102
+        wrapper = scope["make"](fn, role, name)
+        wrapper.__defaults__ = fn.__defaults__
+        wrapper.__kwdefaults__ = fn.__kwdefaults__
+        return wrapper
+
+    def decorate(fn: F) -> F:
+        name = phase or fn.__name__
+        wrapper = functools.wraps(fn)(exact(fn, name) or generic(fn, name))
         wrapper.__verlprof_phase__ = (role, name)  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
@@ -78,12 +123,23 @@ class ProfileSession:
         self.ignored: List[str] = []
         self._pending = list(plan.windows)
         self._lock = threading.RLock()
+        self._final: Optional[List[Dict[str, Any]]] = None
+        self._finalizing = False
+        self._finalize_lock = threading.Lock()
 
     # -- controller RPCs ---------------------------------------------------------------
     def start(self, steps: Sequence[int]) -> str:
-        """Open (whole) or arm (discrete) the step window ``steps``."""
+        """Open (whole) or arm (discrete) the step window ``steps``.
+
+        Idempotent: the same window again is ``already-started``; a window already captured
+        (a step repeated after a retry or a checkpoint resume) or not planned is ignored
+        (``not-planned``); after :meth:`finalize` nothing opens (``finalized``). Starting a
+        different window first stops the current one.
+        """
         steps = tuple(steps)
         with self._lock:
+            if self._finalizing:
+                return "finalized"
             if self.armed == steps:
                 return "already-started"
             if self.armed is not None:
@@ -159,15 +215,23 @@ class ProfileSession:
             return {"armed": list(self.armed) if self.armed else None,
                     "open_window": self.current.window.report.path if self.current else None,
                     "opened": len(self.opened), "pending": len(self._pending),
-                    "ignored": list(self.ignored)}
+                    "ignored": list(self.ignored), "finalized": self._finalizing}
 
     def finalize(self, timeout_s: float) -> List[Dict[str, Any]]:
-        """Close what is open, wait for the reports, return one entry per planned window."""
-        self.stop()
-        with self._lock:
-            never_opened, self._pending = list(self._pending), []
-            self.capture.flush(never_opened)
-        return self.capture.collect(self.opened, never_opened, timeout_s)
+        """Close what is open, wait for the reports, return one entry per planned window.
+
+        Idempotent: a second call returns the first answer (the reports were already handed
+        over once).
+        """
+        with self._finalize_lock:
+            if self._final is None:
+                self.stop()
+                with self._lock:
+                    self._finalizing = True
+                    never_opened, self._pending = list(self._pending), []
+                    self.capture.flush(never_opened)
+                self._final = self.capture.collect(self.opened, never_opened, timeout_s)
+            return [dict(e) for e in self._final]
 
 
 class ProfilingWorkerMixin:
@@ -271,5 +335,6 @@ def profiler_ancestor() -> Optional[int]:
 
 
 def _is_inside(path: str, root: str) -> bool:
-    real_root = os.path.realpath(root)
-    return os.path.commonpath([real_root, os.path.realpath(path)]) == real_root
+    """True for a path strictly below ``root`` once symlinks and ``..`` are resolved."""
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    return real != real_root and os.path.commonpath([real_root, real]) == real_root

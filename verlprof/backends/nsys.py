@@ -23,6 +23,9 @@ from verlprof.plan import ProcessPlan, Window
 
 _ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")
 
+REPORT_POLL_S = 0.2
+"""Seconds between looks at the reports while waiting for nsys to finish writing them."""
+
 
 class NsysCapture(Capture):
     def __init__(self, plan: ProcessPlan):
@@ -88,7 +91,7 @@ class NsysCapture(Capture):
         by_ordinal: Dict[int, str] = {}
         total = len(opened) + self._fillers
         if total:
-            waited = wait_for_reports(self.report_glob(), total, timeout_s)
+            waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S)
             by_ordinal = ordinals([str(p) for p in waited.found])
             for n in range(len(opened) + 1, total + 1):
                 _remove(by_ordinal.get(n))
@@ -120,3 +123,47 @@ def _remove(path: Optional[str]) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.remove(path)
+
+
+# ---------------------------------------------------------------------------------- preflight
+
+_OUTPUT_PREFIXES = ("--output=", "--force-overwrite=")
+
+
+def dry_run_key(argv: Sequence[str]) -> tuple:
+    """A launch argv without its output options: ranks that differ only there share one check."""
+    out = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-o", "--output", "-f", "--force-overwrite"):
+            skip = True
+        elif not arg.startswith(_OUTPUT_PREFIXES):
+            out.append(arg)
+    return tuple(out)
+
+
+def check_launch_argv(argv: Sequence[str], timeout_s: float = 60.0,
+                      dry_run: bool = True) -> Optional[str]:
+    """``None`` when ``argv`` (``nsys profile ...``) can launch a process, else one line why.
+
+    Checks the executable, then (``dry_run``) runs ``python -c pass`` under the same options
+    with a timeout (:func:`verlprof.backends.nsys_cli.dry_run`: its own output directory, every
+    process it started ended on timeout, no agent left behind).
+    """
+    from verlprof.backends.nsys_cli import dry_run as nsys_dry_run
+    from verlprof.backends.nsys_cli import find_nsys
+
+    if not argv:
+        return None
+    exe = find_nsys(argv[0])
+    if exe is None:
+        return (f"nsys executable {argv[0]!r} not found (install Nsight Systems, or set "
+                "trainer.profiler.nsys.executable)")
+    if not dry_run:
+        return None
+    problem = nsys_dry_run([exe, *argv[1:]], timeout_s=timeout_s)
+    if problem is None or problem.startswith("nsys did not finish"):
+        return problem
+    return f"nsys rejected these options in a {timeout_s:g}s trial run: {problem}"

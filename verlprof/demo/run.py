@@ -7,6 +7,7 @@ It prints the controller's host and pid, the output directory and every report.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -33,40 +34,99 @@ def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     return loaded, build_plan(loaded.profiling, loaded.topology), notes
 
 
-def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None
-                ) -> Dict[str, Any]:
-    """Start Ray (unless connected already), run the trainer as a TaskRunner, shut down."""
+def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
+                start_timeout_s: float = 300.0, runner_class: Any = None) -> Dict[str, Any]:
+    """Start Ray (unless connected already), run the trainer as a TaskRunner, shut down.
+
+    Before anything starts, :func:`verlprof.controller.preflight` checks the output directory
+    and dry-runs each nsys command (a bad option is one clear line, not a hung worker). SIGTERM
+    or Ctrl-C of this process is passed to the controller as SIGTERM: it stops every open
+    window and finalises the reports; this function then waits for that (bounded), lets every
+    profiler finish, shuts Ray down and re-raises (:class:`ProfilingTerminated` for SIGTERM).
+    ``runner_class``: the controller actor (default the demo's
+    :class:`~verlprof.demo.trainer.TaskRunner`; same ``identity``/``run`` methods).
+    """
     import ray
 
+    from verlprof.controller import ProfilingTerminated, _SignalGuard, preflight
     from verlprof.demo.trainer import TaskRunner
     from verlprof.launch import controller_options
 
+    preflight(plan)
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=True,
                  logging_level="WARNING", configure_logging=True)
+    guard = _SignalGuard()
+    guard.install()  # after ray.init, which installs its own SIGTERM handler
     try:
         demo = loaded.raw.get("demo") or {}
         placement = ({"resources": dict(demo["controller_resources"])}
                      if demo.get("controller_resources") else {})
-        runner = TaskRunner.options(**controller_options(plan), **placement).remote()
-        result = ray.get(runner.run.remote(loaded.raw, plan.to_dict()))
-        # a normal exit lets the controller's nsys finish before Ray tears down (Ray #60904)
-        done = runner.__ray_terminate__.remote()
-        ray.wait([done], timeout=60)
-        return result
+        runner = (runner_class or TaskRunner).options(**controller_options(plan),
+                                                     **placement).remote()
+        who: Dict[str, Any] = {}
+        try:
+            who = ray.get(runner.identity.remote(), timeout=start_timeout_s)
+            run = runner.run.remote(loaded.raw, plan.to_dict(), "quick")
+            try:
+                return ray.get(run)
+            except BaseException:
+                if guard.received is not None:
+                    prof = loaded.profiling
+                    bound = 2 * prof.rpc_timeout_s + prof.finalize_timeout_s + 90
+                    _stop_controller(run, who, bound, guard)
+                    if guard.received == signal.SIGTERM:
+                        raise ProfilingTerminated(signal.SIGTERM) from None
+                raise
+        finally:
+            with guard.shield():
+                # a normal exit lets the controller's nsys finish before Ray tears down
+                # (Ray #60904)
+                done = runner.__ray_terminate__.remote()
+                ray.wait([done], timeout=60)
+                _settle_controller(who)
     finally:
+        guard.restore()
         if started_ray:
             ray.shutdown()
 
 
-def run_demo(config_path: Optional[str], overrides: Sequence[str] = ()) -> int:
+def _stop_controller(run: Any, who: Dict[str, Any], bound_s: float, guard: Any) -> None:
+    """Pass a termination on to the controller process and wait (bounded) until it has
+    stopped its windows and finalised the reports."""
+    import ray
+
+    from verlprof.teardown import signal_on_node
+
+    if not who.get("pid"):
+        return
+    name = signal.Signals(guard.received).name
+    print(f"verlprof: {name}: asking the controller (pid {who['pid']}) to stop every window "
+          "and finalise the reports", file=sys.stderr, flush=True)
+    with guard.shield():
+        signal_on_node(who.get("node_id", ""), int(who["pid"]), signal.SIGTERM)
+        ray.wait([run], timeout=bound_s)
+
+
+def _settle_controller(who: Dict[str, Any]) -> None:
+    """Wait for the controller's own profiler (if any) to finish writing and exit."""
+    from verlprof.teardown import settle_on_nodes
+
+    if who.get("profiler_pid"):
+        for problem in settle_on_nodes({who.get("node_id", ""): [int(who["profiler_pid"])]},
+                                       60.0):
+            print(f"verlprof: {problem}", flush=True)
+
+
+def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
+             ray_address: Optional[str] = None) -> int:
     loaded, plan, notes = plan_demo(config_path, overrides)
     for note in notes + list(loaded.warnings) + list(plan.warnings):
         print(f"verlprof: note: {note}")
     if not plan.enabled:
         print("verlprof: profiling is off for this config; running the trainer anyway")
-    result = run_trainer(loaded, plan)
+    result = run_trainer(loaded, plan, ray_address=ray_address)
     controller = result["controller"]
     manifest = result["manifest"]
     print(f"verlprof controller ran on host={controller['host']} pid={controller['pid']}")

@@ -5,20 +5,37 @@ the controller process itself is launched under nsys. Each step calls, on every 
 owning group: rollout ``generate_sequences``, actor ``compute_log_prob``, ref
 ``compute_ref_log_prob``, critic ``compute_values``, rm ``compute_rm_score``, critic
 ``update_critic``, actor ``update_actor``.
+
+The ``demo:`` block of the config (ignored by verlprof itself) also lets you rehearse faults:
+
+``demo.faults: [{group, rank, phase, step, action, seconds, marker}]``
+    planted in that rank's ``phase`` on its ``step``-th call (= training step ``step``):
+    ``kill`` (SIGKILL itself), ``raise`` (an exception), ``sleep`` (``seconds``, a stuck rank);
+    ``marker``: a file written (JSON: pid, phase, step) just before the fault fires.
+``demo.on_worker_death``: ``stop`` (default, like verl: the step fails) or ``continue`` (the
+    dead rank is dropped and its share of the batch goes to the others).
+``demo.on_rank_failure``: the controller's policy, ``continue`` (default) or ``raise``.
+``demo.worker_start_timeout_s``: bound on worker start-up (default 300).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ray
 import torch
 
-from verlprof.controller import ProfileController
+from verlprof.controller import ProfileController, describe_error
 from verlprof.demo import workers
+from verlprof.errors import ProfilingRuntimeError
 from verlprof.launch import worker_options
 from verlprof.plan import ProfilePlan
+from verlprof.worker import process_identity
 
 GROUP_CLASSES = {
     "actor_rollout_ref": workers.ActorRolloutRefWorker,
@@ -29,105 +46,234 @@ GROUP_CLASSES = {
     "rm": workers.RewardModelWorker,
 }
 
+FAULT_ACTIONS = ("kill", "raise", "sleep")
+
+
+def _demo(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    return config.get("demo") or {}
+
 
 def _delays(config: Mapping[str, Any], group: str, rank: int) -> Dict[str, float]:
     """Planted stragglers from ``demo.stragglers: [{group, rank, phase, seconds}]``."""
     out: Dict[str, float] = {}
-    for item in (config.get("demo") or {}).get("stragglers") or []:
+    for item in _demo(config).get("stragglers") or []:
         if item.get("group") == group and int(item.get("rank", -1)) == rank:
             out[str(item["phase"])] = float(item.get("seconds", 0.2))
     return out
 
 
+def _faults(config: Mapping[str, Any], group: str, rank: int) -> List[Dict[str, Any]]:
+    """Planted faults of one rank (``demo.faults``), checked."""
+    out = []
+    for i, item in enumerate(_demo(config).get("faults") or []):
+        if item.get("group") != group or int(item.get("rank", -1)) != rank:
+            continue
+        fault = dict(item)
+        if fault.get("action") not in FAULT_ACTIONS:
+            raise ValueError(f"demo.faults[{i}].action: one of {', '.join(FAULT_ACTIONS)}, "
+                             f"not {fault.get('action')!r}")
+        fault["step"] = int(fault.get("step", 1))
+        out.append(fault)
+    return out
+
+
+class _PlantedFaults:
+    """Mixed into a demo worker class when faults are planted on that rank."""
+
+    def __init__(self, rank: int, delays: Optional[Dict[str, float]] = None,
+                 faults: Sequence[Dict[str, Any]] = ()):
+        super().__init__(rank, delays)  # type: ignore[call-arg]
+        self._planted = list(faults)
+        self._phase_calls: Counter = Counter()
+
+    def _delay(self, phase: str) -> None:
+        self._phase_calls[phase] += 1
+        for fault in self._planted:
+            if fault["phase"] == phase and fault["step"] == self._phase_calls[phase]:
+                _fire(fault, phase)
+        super()._delay(phase)  # type: ignore[misc]
+
+
+def _fire(fault: Dict[str, Any], phase: str) -> None:
+    if fault.get("marker"):
+        tmp = f"{fault['marker']}.{os.getpid()}.tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"pid": os.getpid(), "phase": phase, "step": fault["step"],
+                       "action": fault["action"]}, handle)
+        os.replace(tmp, fault["marker"])
+    if fault["action"] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault["action"] == "raise":
+        raise RuntimeError(f"planted fault in {phase} (step {fault['step']})")
+    elif fault["action"] == "sleep":
+        time.sleep(float(fault.get("seconds", 30)))
+
+
+_FAULTY: Dict[type, type] = {}
+
+
+def _faulty(cls: type) -> type:
+    if cls not in _FAULTY:
+        _FAULTY[cls] = type(cls.__name__, (_PlantedFaults, cls), {})
+    return _FAULTY[cls]
+
+
 class PPOTrainer:
     """Creates the worker groups (wrapping only planned ranks) and runs the step loop."""
 
-    def __init__(self, config: Mapping[str, Any], plan: ProfilePlan):
+    def __init__(self, config: Mapping[str, Any], plan: ProfilePlan, *,
+                 preflight: Any = True):
         self.config = config
         self.plan = plan
         trainer = config.get("trainer") or {}
+        demo = _demo(config)
         self.total_steps = int(trainer.get("total_training_steps", 3))
         self.batch_size = int((config.get("data") or {}).get("batch_size", 8))
+        self.continue_on_death = str(demo.get("on_worker_death", "stop")) == "continue"
         profiler = (trainer.get("profiler") or {})
         self.controller = ProfileController(
             plan, rpc_timeout_s=float(profiler.get("rpc_timeout_s", 120.0)),
-            finalize_timeout_s=float(profiler.get("finalize_timeout_s", 300.0)))
+            finalize_timeout_s=float(profiler.get("finalize_timeout_s", 300.0)),
+            on_rank_failure=str(demo.get("on_rank_failure", "continue")), preflight=preflight)
         self.groups: Dict[str, List[Any]] = {}
-        placement = (config.get("demo") or {}).get("worker_resources") or {}
+        placement = demo.get("worker_resources") or {}
         for group in plan.groups:
-            cls = ray.remote(num_cpus=0)(GROUP_CLASSES[group.name])
-            extra = {"resources": dict(placement[group.name])} if group.name in placement else {}
-            self.groups[group.name] = [
-                cls.options(**worker_options(plan, group.name, rank), **extra).remote(
-                    rank, _delays(config, group.name, rank))
-                for rank in range(group.world_size)]
-        ray.get([w.ready.remote() for ws in self.groups.values() for w in ws])
+            base = GROUP_CLASSES[group.name]
+            actors = []
+            for rank in range(group.world_size):
+                faults = _faults(config, group.name, rank)
+                cls = ray.remote(num_cpus=0)(_faulty(base) if faults else base)
+                extra = ({"resources": dict(placement[group.name])}
+                         if group.name in placement else {})
+                args = (rank, _delays(config, group.name, rank)) + ((faults,) if faults else ())
+                actors.append(cls.options(**worker_options(plan, group.name, rank),
+                                          **extra).remote(*args))
+            self.groups[group.name] = actors
+        self.live: Dict[str, List[Tuple[int, Any]]] = {
+            name: list(enumerate(actors)) for name, actors in self.groups.items()}
+        self._wait_started(float(demo.get("worker_start_timeout_s", 300.0)))
         for name, actors in self.groups.items():
             self.controller.register_group(name, actors)
 
-    def _role(self, role: str) -> Optional[List[Any]]:
-        """The actors hosting ``role``: the hybrid group for actor/rollout/ref when it exists."""
-        if role in ("actor", "rollout", "ref") and "actor_rollout_ref" in self.groups:
-            return self.groups["actor_rollout_ref"]
-        return self.groups.get(role)
+    def _wait_started(self, timeout_s: float) -> None:
+        """Bounded start-up: a rank whose launcher fails is retried by Ray forever."""
+        refs = {w.ready.remote(): (g, r) for g, ws in self.groups.items()
+                for r, w in enumerate(ws)}
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        problems = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as err:
+                problems.append((refs[ref], f"failed to start: {describe_error(err)}"))
+        for ref in late:
+            problems.append((refs[ref], f"did not start within {timeout_s:g}s"))
+        if not problems:
+            return
+        lines = []
+        for (group, rank), why in problems:
+            process = self.plan.process(group, rank)
+            launcher = (f" (launched under {' '.join(process.launch_argv[:2])})"
+                        if process is not None and process.launch_argv else "")
+            lines.append(f"{group} rank {rank}: worker {why}{launcher}")
+        for actor in (a for ws in self.groups.values() for a in ws):
+            ray.kill(actor, no_restart=True)  # stops Ray retrying a failing launcher
+        (group, rank), _ = problems[0]
+        raise ProfilingRuntimeError("; ".join(lines), group=group, rank=rank)
 
-    def _call(self, role: str, method: str, *per_rank_args: List[Any]) -> List[Any]:
-        """``method`` on every rank of the role's group, rank r getting the r-th chunk."""
-        actors = self._role(role)
-        with self.controller.range(method):
-            return ray.get([getattr(a, method).remote(*(arg[r] for arg in per_rank_args))
-                            for r, a in enumerate(actors)])
+    def _role(self, role: str) -> Tuple[str, List[Tuple[int, Any]]]:
+        """The live (rank, actor) pairs hosting ``role`` (the hybrid group for actor, rollout,
+        ref when it exists)."""
+        if role in ("actor", "rollout", "ref") and "actor_rollout_ref" in self.live:
+            return "actor_rollout_ref", self.live["actor_rollout_ref"]
+        return role, self.live.get(role, [])
 
-    def _split(self, role: str, tensor: torch.Tensor) -> List[torch.Tensor]:
-        return list(torch.tensor_split(tensor, len(self._role(role))))
+    def _call(self, role: str, method: str, *tensors: torch.Tensor) -> List[Any]:
+        """``method`` on every live rank of the role's group, each getting its slice of every
+        tensor. A dead rank fails the step, or with ``demo.on_worker_death: continue`` is
+        dropped and the call redone on the others."""
+        while True:
+            group, live = self._role(role)
+            chunks = [torch.tensor_split(t, len(live)) for t in tensors]
+            refs = [getattr(actor, method).remote(*(c[i] for c in chunks))
+                    for i, (_, actor) in enumerate(live)]
+            with self.controller.range(method):
+                ray.wait(refs, num_returns=len(refs))
+                dead = []
+                for (rank, _), ref in zip(live, refs):
+                    try:
+                        ray.get(ref)
+                    except ray.exceptions.RayActorError as err:
+                        dead.append((rank, describe_error(err)))
+                if not dead:
+                    return ray.get(refs)
+                if not self.continue_on_death or len(dead) == len(live):
+                    return ray.get(refs)  # raises the worker's error
+            for rank, why in dead:
+                print(f"verlprof demo: {group} rank {rank} died in {method}: {why}; "
+                      f"continuing on {len(live) - len(dead)} rank(s)", flush=True)
+            gone = {rank for rank, _ in dead}
+            self.live[group] = [(r, a) for r, a in live if r not in gone]
+
+    def _has(self, role: str) -> bool:
+        return bool(self._role(role)[1])
 
     def _step(self, step: int) -> Dict[str, float]:
         prompts = torch.randint(0, workers.VOCAB, (self.batch_size, 4),
                                 generator=torch.Generator().manual_seed(step))
-        seqs = torch.cat(self._call("rollout", "generate_sequences",
-                                    self._split("rollout", prompts)))
-        old_lp = torch.cat(self._call("actor", "compute_log_prob", self._split("actor", seqs)))
-        ref_lp = torch.cat(self._call("ref", "compute_ref_log_prob", self._split("ref", seqs)))
-        values = (torch.cat(self._call("critic", "compute_values", self._split("critic", seqs)))
-                  if "critic" in self.groups else torch.zeros(len(seqs)))
-        scores = (torch.cat(self._call("rm", "compute_rm_score", self._split("rm", seqs)))
-                  if "rm" in self.groups else (seqs[:, -1] % 2).float())
+        seqs = torch.cat(self._call("rollout", "generate_sequences", prompts))
+        old_lp = torch.cat(self._call("actor", "compute_log_prob", seqs))
+        ref_lp = torch.cat(self._call("ref", "compute_ref_log_prob", seqs))
+        values = (torch.cat(self._call("critic", "compute_values", seqs))
+                  if self._has("critic") else torch.zeros(len(seqs)))
+        scores = (torch.cat(self._call("rm", "compute_rm_score", seqs))
+                  if self._has("rm") else (seqs[:, -1] % 2).float())
         kl = (old_lp - ref_lp).mean(-1)
         returns = scores - 0.01 * kl
         advantages = returns - values
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-6)
         metrics = {}
-        if "critic" in self.groups:
-            losses = self._call("critic", "update_critic", self._split("critic", seqs),
-                                self._split("critic", returns))
+        if self._has("critic"):
+            losses = self._call("critic", "update_critic", seqs, returns)
             metrics["critic_loss"] = sum(losses) / len(losses)
-        losses = self._call("actor", "update_actor", self._split("actor", seqs),
-                            self._split("actor", old_lp), self._split("actor", advantages))
+        losses = self._call("actor", "update_actor", seqs, old_lp, advantages)
         metrics["actor_loss"] = sum(losses) / len(losses)
         metrics["score"] = float(scores.mean())
         return metrics
 
     def fit(self) -> Dict[str, Any]:
-        """Run every step; whatever happens, finalize the profiles (the manifest is written)."""
+        """Run every step; whatever happens (an exception, SIGTERM, Ctrl-C), open windows are
+        stopped, the reports finalised (the manifest written) and the workers shut down
+        cleanly before this returns or raises."""
         history = []
-        with self.controller:
-            for step in range(1, self.total_steps + 1):
-                started = time.perf_counter()
-                with self.controller.step(step):
-                    metrics = self._step(step)
-                metrics["step_s"] = time.perf_counter() - started
-                history.append(metrics)
-        manifest = self.controller.finalize()
-        processes = self.worker_identities()
-        self.shutdown_workers()
+        try:
+            with self.controller:
+                for step in range(1, self.total_steps + 1):
+                    started = time.perf_counter()
+                    with self.controller.step(step):
+                        metrics = self._step(step)
+                    metrics["step_s"] = time.perf_counter() - started
+                    history.append(metrics)
+            manifest = self.controller.finalize()
+            processes = self.worker_identities()
+        finally:
+            self.shutdown_workers()
         return {"manifest": manifest.to_dict(), "history": history, "processes": processes,
-                "controller": {"host": self.controller.host, "pid": self.controller.pid}}
+                "controller": {"host": self.controller.host, "pid": self.controller.pid},
+                "failed_ranks": [[g, r, why] for (g, r), why in
+                                 self.controller.failed_ranks.items()]}
 
     def worker_identities(self) -> List[Dict[str, Any]]:
-        """Every worker's host, pid and whether a profiler wraps it (selected or not)."""
-        refs = {(g, r): a.profile_status.remote() for g, ws in self.groups.items()
-                for r, a in enumerate(ws)}
-        return [dict(ray.get(ref), group=g, rank=r) for (g, r), ref in refs.items()]
+        """Every live worker's host, pid and whether a profiler wraps it (selected or not)."""
+        refs = {(g, r): a.profile_status.remote() for g, live in self.live.items()
+                for r, a in live}
+        out = []
+        for (g, r), ref in refs.items():
+            try:
+                out.append(dict(ray.get(ref, timeout=60), group=g, rank=r))
+            except Exception as err:
+                out.append({"group": g, "rank": r, "error": describe_error(err)})
+        return out
 
     def shutdown_workers(self, timeout_s: float = 60.0) -> None:
         """Let workers exit normally so each nsys finishes cleanly before Ray tears down."""
@@ -142,5 +288,10 @@ class PPOTrainer:
 class TaskRunner:
     """The controller process (verl's TaskRunner): launched under nsys when planned."""
 
-    def run(self, config: Dict[str, Any], plan: Dict[str, Any]) -> Dict[str, Any]:
-        return PPOTrainer(config, ProfilePlan.from_dict(plan)).fit()
+    def identity(self) -> Dict[str, Any]:
+        """Host, pid, node and profiler pid of the controller process."""
+        return process_identity()
+
+    def run(self, config: Dict[str, Any], plan: Dict[str, Any],
+            preflight: Any = True) -> Dict[str, Any]:
+        return PPOTrainer(config, ProfilePlan.from_dict(plan), preflight=preflight).fit()

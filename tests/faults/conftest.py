@@ -1,0 +1,68 @@
+"""Fixtures of the fault suite: one Ray head per session, one connection per module, and a
+check at the end of each module that no ``nsys --start-agent`` (or ``nsys profile``) this suite
+started is left behind. The terminal summary says what the suite proved."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults import harness
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    from tests.helpers import require_nsys
+
+    require_nsys()
+    head = harness.RayHead()
+    try:
+        head.wait_ready()
+        yield head
+    finally:
+        head.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_head):
+    """This module's connection to the session's Ray head; at the end, nothing of ours left
+    capturing: no nsys agent, no nsys profile process (bounded wait for those finishing)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    harness.connect(ray_head.address)
+    yield ray_head
+    ray.shutdown()
+    harness.assert_no_leftovers()
+
+
+@pytest.fixture(scope="module")
+def no_leftovers():
+    """For modules that start nsys without Ray: the same end-of-module check."""
+    yield
+    harness.assert_no_leftovers()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    def ours(report) -> bool:
+        return report.nodeid.replace("\\", "/").startswith("tests/faults/") and (
+            report.when == "call" or report.outcome != "passed")
+
+    outcomes = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        outcomes[outcome] = sum(1 for r in terminalreporter.stats.get(outcome, []) if ours(r))
+    cases = sum(outcomes.values())
+    if not cases:
+        return
+    counts = harness.COUNTS
+    terminalreporter.write_sep("-", "fault suite")
+    terminalreporter.write_line(
+        f"faults: {cases} cases ({outcomes['passed']} passed, {outcomes['failed']} failed, "
+        f"{outcomes['error']} errors, {outcomes['skipped']} skipped), "
+        f"{counts['demo_runs']} demo runs, {counts['light_runs']} light runs, "
+        f"{counts['reports_checked']} reports checked, "
+        f"{counts['property_examples']} property examples")
+    if counts["teardown_runs"]:
+        terminalreporter.write_line(
+            f"faults: teardown {counts['teardown_runs']} consecutive runs with ray.shutdown(), "
+            f"0 reports lost, {counts['teardown_s'] / counts['teardown_runs']:.1f}s per run")
