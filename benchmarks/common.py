@@ -137,3 +137,15 @@ def run_quiet(argv: Sequence[str], timeout: float, **kwargs) -> subprocess.Compl
 
 def python() -> str:
     return sys.executable
+
+
+def run_standalone(run: Callable[[], Result]) -> None:
+    """``python -m benchmarks.<metric>``: one metric on its own Ray cluster, printed."""
+    import ray
+
+    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        res = run()
+    finally:
+        ray.shutdown()
+    print(res.line(), *res.details, sep="\n  ")

@@ -20,7 +20,7 @@ import os
 import shutil
 from typing import Dict, List, Sequence
 
-from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, spread
+from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, run_standalone, spread
 from benchmarks.demo_runs import (
     GROUP,
     MEASURED_RANK,
@@ -118,11 +118,4 @@ def _whole_runs(runs: Sequence[DemoRun], warmup: int = 5) -> str:
 
 
 if __name__ == "__main__":
-    import ray
-
-    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        res = run()
-    finally:
-        ray.shutdown()
-    print(res.line(), *res.details, sep="\n  ")
+    run_standalone(run)

@@ -31,7 +31,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, ns
+from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, ns, run_standalone
 
 GOAL = 1.3
 K = 16
@@ -196,11 +196,4 @@ def _result(walls, cpus, k: int, k_small: int, cores: int, notes: Dict[str, str]
 
 
 if __name__ == "__main__":
-    import ray
-
-    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        res = run()
-    finally:
-        ray.shutdown()
-    print(res.line(), *res.details, sep="\n  ")
+    run_standalone(run)

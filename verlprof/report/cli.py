@@ -15,34 +15,25 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _bounded(kind, minimum, strict: bool, noun: str):
+    """An argparse ``type`` parsing ``kind`` and refusing values below ``minimum``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from None
+        if value < minimum or (strict and value == minimum):
+            bound = f"> {minimum}" if strict else f">= {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+_positive_float = _bounded(float, 0, True, "a number")
+_non_negative_float = _bounded(float, 0, False, "a number")
+_positive_int = _bounded(int, 1, False, "an integer")
 
 
 def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
