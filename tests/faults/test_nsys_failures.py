@@ -181,7 +181,7 @@ def test_failing_launcher_bounded_worker_start(ray_cluster, tmp_path):
 
     loaded, plan = _plan(tmp_path, "trainer.controller_nsight_options=null",
                          "++trainer.worker_nsight_options.no-such-option=1",
-                         "+demo.worker_start_timeout_s=8")
+                         "+demo.worker_start_timeout_s=5")
     harness.COUNTS["demo_runs"] += 1
     runner = TaskRunner.options(runtime_env={"py_executable": sys.executable}).remote()
     started = time.monotonic()
@@ -193,7 +193,7 @@ def test_failing_launcher_bounded_worker_start(ray_cluster, tmp_path):
     assert time.monotonic() - started < 60
     cause = info.value.cause
     assert (cause.group, cause.rank) == ("actor_rollout_ref", 0)
-    assert str(cause) == ("actor_rollout_ref rank 0: worker did not start within 8s "
+    assert str(cause) == ("actor_rollout_ref rank 0: worker did not start within 5s "
                           f"(launched under {plan.processes[0].launch_argv[0]} profile)")
     assert not os.listdir(tmp_path / ".raw" / "actor_rollout_ref" / "rank0") \
         if (tmp_path / ".raw").exists() else True
