@@ -76,8 +76,6 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                     prof = loaded.profiling
                     bound = 2 * prof.rpc_timeout_s + prof.finalize_timeout_s + 90
                     _stop_controller(run, who, bound, guard)
-                    if guard.received == signal.SIGTERM:
-                        raise ProfilingTerminated(signal.SIGTERM) from None
                 raise
         finally:
             with guard.shield():
@@ -86,6 +84,10 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                 done = runner.__ray_terminate__.remote()
                 ray.wait([done], timeout=60)
                 _settle_controller(who)
+    except BaseException:
+        if guard.received == signal.SIGTERM:  # also before the run started
+            raise ProfilingTerminated(signal.SIGTERM) from None
+        raise
     finally:
         guard.restore()
         if started_ray:
