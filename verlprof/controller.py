@@ -589,6 +589,8 @@ class ProfileController:
 
 
 def _preflight(plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
+    """:func:`preflight`, reachable from ``ProfileController.__init__``, whose ``preflight``
+    argument shadows the module-level name."""
     preflight(plan, timeout_s=timeout_s, dry_run=dry_run)
 
 
