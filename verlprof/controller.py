@@ -53,10 +53,6 @@ Target = Tuple[str, int]
 ON_RANK_FAILURE = ("continue", "raise")
 """What the controller does when a rank dies or an RPC to it fails or times out."""
 
-CONTROLLER_OPTIONS_KEY = "trainer.controller_nsight_options"
-WORKER_OPTIONS_KEY = "trainer.worker_nsight_options"
-"""Settings named by preflight errors about a launch command (the seed layout's keys)."""
-
 MIN_FREE_BYTES = 64 << 20
 """Preflight: the output directory needs at least this much free space."""
 
@@ -130,8 +126,8 @@ def preflight(plan: ProfilePlan, *, timeout_s: float = 60.0, dry_run: bool = Tru
     _check_output_dir(plan.output_dir, min_free_bytes)
     launches: List[Tuple[str, Tuple[str, ...]]] = []
     if plan.controller.launch_argv:
-        launches.append((CONTROLLER_OPTIONS_KEY, tuple(plan.controller.launch_argv)))
-    launches += [(WORKER_OPTIONS_KEY, tuple(p.launch_argv)) for p in plan.processes
+        launches.append((plan.controller_options_key, tuple(plan.controller.launch_argv)))
+    launches += [(plan.worker_options_key, tuple(p.launch_argv)) for p in plan.processes
                  if p.launch_argv]
     if plan.tool == "nsys":
         from verlprof.backends.nsys import check_launch_argv, dry_run_key

@@ -143,6 +143,10 @@ class ProfilePlan:
     """Config layout the plan was built from."""
     warnings: Tuple[str, ...] = ()
     """Settings that had no effect, one line each."""
+    worker_options_key: str = "trainer.worker_nsight_options"
+    """Config key of the workers' launch options (named by errors about their command)."""
+    controller_options_key: str = "trainer.controller_nsight_options"
+    """Config key of the controller's launch options (named by errors about its command)."""
 
     @property
     def steps(self) -> Tuple[int, ...]:
@@ -200,7 +204,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     windows = group_step_windows(config.steps, config.continuous_steps)
     if not config.active:
         return ProfilePlan(False, config.tool, config.output_dir, windows, topology.groups, (),
-                           ControllerPlan(), config.source, tuple(warnings))
+                           ControllerPlan(), config.source, tuple(warnings),
+                           config.nsys.worker_options_key, config.nsys.controller_options_key)
     trigger = None
     if config.tool == "nsys":
         key = config.nsys.worker_options_key
@@ -216,7 +221,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                                                windows, trigger, warnings))
     return ProfilePlan(bool(processes), config.tool, config.output_dir, windows, topology.groups,
                        tuple(processes), _controller_plan(config, topology, windows, warnings),
-                       config.source, tuple(dict.fromkeys(warnings)))
+                       config.source, tuple(dict.fromkeys(warnings)),
+                       config.nsys.worker_options_key, config.nsys.controller_options_key)
 
 
 def _selects(component: ComponentConfig, rank: int) -> bool:
