@@ -81,12 +81,12 @@ def move_all(items: List[Dict[str, Any]], actors: Dict[tuple, Any], output_dir: 
 def unreachable_entries(process: ProcessPlan, identity: Dict[str, Any], reason: str
                         ) -> List[Dict[str, Any]]:
     """Entries for a process that cannot be asked (dead or not answering): all missing."""
-    return [{"steps": list(w.report.steps), "group": process.group, "rank": process.rank,
-             "component": w.report.component, "backend": w.report.backend,
-             "path": w.report.path, "role": w.report.role, "phase": w.report.phase,
-             "raw_path": None, "bytes": 0, "status": STATUS_MISSING, "reason": reason,
-             "host": identity.get("host", ""), "pid": identity.get("pid", 0),
-             "node_id": identity.get("node_id", "")} for w in process.windows]
+    from verlprof.backends.base import entry
+
+    where = {"host": identity.get("host", ""), "pid": identity.get("pid", 0),
+             "node_id": identity.get("node_id", "")}
+    return [dict(entry(w, raw_path=None, status=STATUS_MISSING, reason=reason), **where)
+            for w in process.windows]
 
 
 def partial_reports(process: ProcessPlan, identity: Dict[str, Any]) -> List[str]:
