@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import common, demo_runs, memory, p1_annotate, p2_fanout, p3_unselected, p4_report
 from benchmarks.__main__ import METRICS, table
-from verlprof.worker import ProfilingWorkerMixin, annotate
+from verlprof.worker import ProfilingWorkerMixin, annotate, set_active
 
 
 def test_result_verdicts_and_line():
@@ -163,9 +163,32 @@ def test_exact_wrapper_keeps_signature_defaults_and_errors():
 def test_exact_wrapper_active_path_hands_every_argument_to_the_session():
     w = _Worker()
     w._verlprof_session = session = _Session()
-    w._verlprof_active = True
-    assert w.plain(1, 5, 6, c=3, e=10) == (1, 5, (6,), 3, 4, {"e": 10})
-    assert w.positional_only(7) == (7, [])
-    assert w.generic(1) == (1,)
+    set_active(w, True)
+    try:
+        assert w.plain(1, 5, 6, c=3, e=10) == (1, 5, (6,), 3, 4, {"e": 10})
+        assert w.positional_only(7) == (7, [])
+        assert w.generic(1) == (1,)
+    finally:
+        set_active(w, False)
     assert session.calls == [("actor", "plain", (1, 5, 6), {"c": 3, "d": 4, "e": 10}),
                              ("actor", "po", (7, []), {}), ("rollout", "generic", (1,), {})]
+
+
+def test_only_the_active_worker_of_a_process_goes_through_its_session():
+    """The shared "any window live" cell only lets a wrapper look at its own object's flag:
+    a second worker in the same process keeps running bare, and once the last window closes
+    every wrapper is back to the cheap path."""
+    active, idle = _Worker(), _Worker()
+    active._verlprof_session, idle._verlprof_session = _Session(), _Session()
+    set_active(active, True)
+    try:
+        active.plain(1, c=3)
+        idle.plain(1, c=3)
+        idle.generic(2)
+    finally:
+        set_active(active, False)
+    active.plain(1, c=3)
+    assert [c[1] for c in active._verlprof_session.calls] == ["plain"]
+    assert idle._verlprof_session.calls == []
+    assert _Worker.plain.__closure__[[*_Worker.plain.__code__.co_freevars].index(
+        "_verlprof_live")].cell_contents is False
