@@ -5,10 +5,10 @@ Real Ray actors mixing in :class:`~verlprof.worker.ProfilingWorkerMixin`, the re
 ``with controller.step(s)`` that holds no phase call is exactly one ``start_profile`` fan-out
 (each worker's session arms step ``s``) and one ``stop_profile`` fan-out (it disarms), the
 control cost that every profiled step pays, without the profiler's own capture work. The bare
-side is two ``ray.get([actor.noop.remote() ...])`` to the same actors. N = 8, 16, 32 are
-the first N of one pool of actors (each N its own plan selecting ranks 0..N-1 of a 32-rank
-group; every rank's process plan is the same in all three, so the actors are configured once).
-Rounds cycle N and interleave A/B; medians.
+side is two ``ray.get([actor.noop.remote() ...])`` to the same actors. Each N has its own pool
+of N actors and its own controller (one controller drives a worker: it mirrors which window
+each worker opens next, and sends ``start_profile()`` without an argument when that is the
+window it means). Rounds cycle N and interleave A/B; medians.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class FanoutWorker(ProfilingWorkerMixin):
         return None
 
 
-def make_plan(n: int, world: int, steps: int, output_dir: str):
+def make_plan(n: int, steps: int, output_dir: str):
     from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
     from verlprof.plan import build_plan
     from verlprof.topology import Topology
@@ -39,7 +39,7 @@ def make_plan(n: int, world: int, steps: int, output_dir: str):
     cfg = ProfilingConfig(steps=tuple(range(1, steps + 1)), tool="torch", output_dir=output_dir,
                           components=ComponentsConfig(actor=ComponentConfig(
                               tuple(range(n)), False, True)))
-    return build_plan(cfg, Topology.of({"actor_rollout_ref": world}, cuda=False))
+    return build_plan(cfg, Topology.of({"actor_rollout_ref": n}, cuda=False))
 
 
 def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Result]:
@@ -47,21 +47,21 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
 
     from verlprof.controller import ProfileController
 
-    world = max(sizes)
     out = tempfile.mkdtemp(prefix="verlprof-bench-p2-")
     started = not ray.is_initialized()
     if started:
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         cls = ray.remote(num_cpus=0)(FanoutWorker)
-        actors = [cls.remote() for _ in range(world)]
-        ray.get([a.noop.remote() for a in actors])
+        pools = {n: [cls.remote() for _ in range(n)] for n in sizes}
+        ray.get([a.noop.remote() for pool in pools.values() for a in pool])
         controllers = {}
         for n in sizes:
-            controller = ProfileController(make_plan(n, world, rounds + 1, out), echo=False)
-            controller.register_group("actor_rollout_ref", actors)
+            controller = ProfileController(make_plan(n, rounds + 1, out), echo=False)
+            controller.register_group("actor_rollout_ref", pools[n])
             controllers[n] = controller
-        log(f"P2: {world} actors up; {rounds} rounds x N={list(sizes)}, interleaved")
+        log(f"P2: {sum(sizes)} actors up (a pool per N); {rounds} rounds x N={list(sizes)}, "
+            "interleaved")
 
         def verlprof_side(n: int, step: int) -> float:
             t0 = ns()
@@ -72,7 +72,7 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
         def bare_side(n: int) -> float:
             t0 = ns()
             for _ in range(2):
-                ray.get([a.noop.remote() for a in actors[:n]])
+                ray.get([a.noop.remote() for a in pools[n]])
             return ns() - t0
 
         for n in sizes:  # warm-up: first calls set up Ray's per-actor channels
@@ -86,8 +86,9 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
                 for side in order:
                     value = verlprof_side(n, r + 2) if side == "verlprof" else bare_side(n)
                     times[n][side].append(value)
-        statuses = ray.get([a.profile_status.remote() for a in actors[:world]])
-        for actor in actors:
+        every = [a for pool in pools.values() for a in pool]
+        statuses = ray.get([a.profile_status.remote() for a in every])
+        for actor in every:
             ray.kill(actor)
     finally:
         if started:

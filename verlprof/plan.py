@@ -161,6 +161,13 @@ class ProfilePlan:
         """The step window that opens at ``step``, if any."""
         return next((w for w in self.step_windows if w[0] == step), None)
 
+    def window_after(self, window: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+        """The step window that follows ``window`` in order (None after the last)."""
+        if window not in self.step_windows:
+            return None
+        index = self.step_windows.index(window) + 1
+        return self.step_windows[index] if index < len(self.step_windows) else None
+
     def window_ending_at(self, step: int) -> Optional[Tuple[int, ...]]:
         """The step window that closes after ``step``, if any."""
         return next((w for w in self.step_windows if w[-1] == step), None)

@@ -161,24 +161,37 @@ class ProfileSession:
         self.current: Optional[OpenedWindow] = None
         self.ignored: List[str] = []
         self._pending = list(plan.windows)
+        # the plan's step windows in order (every planned window of a process belongs to one)
+        self._order: Tuple[Tuple[int, ...], ...] = tuple(dict.fromkeys(w.steps
+                                                                       for w in plan.windows))
+        self._next = 0
         self._lock = threading.RLock()
         self._final: Optional[List[Dict[str, Any]]] = None
         self._finalizing = False
         self._finalize_lock = threading.Lock()
 
     # -- controller RPCs ---------------------------------------------------------------
-    def start(self, steps: Sequence[int]) -> str:
-        """Open (whole) or arm (discrete) the step window ``steps``.
+    def start(self, steps: Optional[Sequence[int]] = None) -> str:
+        """Open (whole) or arm (discrete) the step window ``steps``; without ``steps``, the
+        planned window after the last one started (what the controller sends when its mirror
+        of this session says so: an RPC without arguments costs Ray noticeably less).
 
         Idempotent: the same window again is ``already-started``; a window already captured
         (a step repeated after a retry or a checkpoint resume) or not planned is ignored
         (``not-planned``); after :meth:`finalize` nothing opens (``finalized``). Starting a
         different window first stops the current one.
         """
-        steps = tuple(steps)
         with self._lock:
             if self._finalizing:
                 return "finalized"
+            if steps is None:
+                if self._next >= len(self._order):
+                    self.ignored.append("start of the next window ignored: none left")
+                    return "not-planned"
+                steps = self._order[self._next]
+            steps = tuple(steps)
+            if steps in self._order:
+                self._next = self._order.index(steps) + 1
             if self.armed == steps:
                 return "already-started"
             if self.armed is not None:
@@ -254,6 +267,8 @@ class ProfileSession:
             return {"armed": list(self.armed) if self.armed else None,
                     "open_window": self.current.window.report.path if self.current else None,
                     "opened": len(self.opened), "pending": len(self._pending),
+                    "next": (list(self._order[self._next]) if self._next < len(self._order)
+                             else None),
                     "ignored": list(self.ignored), "finalized": self._finalizing}
 
     def finalize(self, timeout_s: float) -> List[Dict[str, Any]]:
@@ -290,8 +305,9 @@ class ProfilingWorkerMixin:
         self._verlprof_session = ProfileSession(plan, self)
         return self.profile_status()
 
-    def start_profile(self, steps: Sequence[int]) -> str:
-        """Open or arm the step window ``steps``; idempotent."""
+    def start_profile(self, steps: Optional[Sequence[int]] = None) -> str:
+        """Open or arm the step window ``steps`` (default: the planned one after the last
+        started); idempotent."""
         session = self._verlprof_session
         return session.start(steps) if session is not None else "not-configured"
 

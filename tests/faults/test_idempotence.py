@@ -70,11 +70,42 @@ def test_repeated_backwards_and_late_steps_real_nsys(ray_cluster, tmp_path):
         assert names == {"rollout/generate_sequences": 1, "actor/update_actor": 1}, names
 
 
+def test_jumps_and_backward_steps_open_exactly_the_window_meant(ray_cluster, tmp_path):
+    """Consecutive windows are started without an argument (the worker opens its next one),
+    a jump or a step backwards names its window: each step captures its own window."""
+    out = str(tmp_path)
+    plan = light.make_plan(out, [
+        "trainer.profiler.tool=torch", "trainer.total_training_steps=9",
+        "trainer.profile_steps=[2,3,5,6]", "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.profile_ranks_all=true",
+        "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
+        "reward_model.enable=false"])
+    controller = light.controller_for(plan)
+    actors = light.start_group(plan)
+    controller.register_group("actor_rollout_ref", actors)
+    seen = []
+    try:
+        for step in (1, 2, 5, 3, 4, 6, 5, 2):
+            with controller.step(step):
+                light.step_work(actors)
+                seen.append((step, [s["open_window"] and s["open_window"].split("/")[0]
+                                    for s in light.statuses(actors)]))
+        manifest = controller.finalize()
+    finally:
+        light.shutdown(controller, actors)
+    assert seen == [(1, [None, None]), (2, ["step0002"] * 2), (5, ["step0005"] * 2),
+                    (3, ["step0003"] * 2), (4, [None, None]), (6, ["step0006"] * 2),
+                    (5, [None, None]), (2, [None, None])]
+    assert sorted((e["rank"], tuple(e["steps"]), e["status"]) for e in
+                  manifest.to_dict()["reports"]) == [
+        (rank, (step,), "ok") for rank in (0, 1) for step in (2, 3, 5, 6)]
+
+
 class _Recorder:
     """A stand-in worker for the controller's own bookkeeping: records the RPCs it gets."""
 
-    def __init__(self, calls, rank):
-        self.calls, self.rank = calls, rank
+    def __init__(self, calls, rank, next_window=None):
+        self.calls, self.rank, self.next_window = calls, rank, next_window
 
     def __getattr__(self, method):
         recorder = self
@@ -83,14 +114,15 @@ class _Recorder:
             @staticmethod
             def remote(*args):
                 recorder.calls.append((recorder.rank, method, *args))
-                value = {"pid": 0} if method == "verlprof_configure" else (
+                value = {"pid": 0, "next": recorder.next_window} \
+                    if method == "verlprof_configure" else (
                     [] if method == "finalize_profiles" else "ok")
                 return ray.put(value)
 
         return _Method
 
 
-def _controller(tmp_path, steps, continuous=False):
+def _controller(tmp_path, steps, continuous=False, next_window=None):
     plan = light.make_plan(str(tmp_path), [
         f"trainer.profile_steps={steps}",
         f"trainer.profile_continuous_steps={str(continuous).lower()}",
@@ -99,7 +131,7 @@ def _controller(tmp_path, steps, continuous=False):
         "critic.enable=false", "reward_model.enable=false", "trainer.profiler.tool=torch"])
     calls = []
     controller = light.controller_for(plan)
-    controller.register_group("actor_rollout_ref", [_Recorder(calls, 0)])
+    controller.register_group("actor_rollout_ref", [_Recorder(calls, 0, next_window)])
     calls.clear()
     return controller, calls
 
@@ -117,8 +149,8 @@ def test_a_step_outside_the_open_window_closes_it(ray_cluster, tmp_path):
     assert _rpcs(calls) == [("start_profile", (1, 2, 3))]
     with controller.step(5):
         pass
-    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile", (1, 2, 3)),
-                            ("start_profile", (5,)), ("stop_profile", (5,))]
+    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile",),
+                            ("start_profile",), ("stop_profile",)]  # (5,) follows (1, 2, 3)
     calls.clear()
     for step in (2, 3, 1, 5):  # backwards after a resume: nothing reopens
         with controller.step(step):
@@ -126,12 +158,24 @@ def test_a_step_outside_the_open_window_closes_it(ray_cluster, tmp_path):
     assert calls == []
 
 
+def test_consecutive_windows_are_started_without_an_argument(ray_cluster, tmp_path):
+    """A worker whose next window is the one meant gets ``start_profile()`` (Ray serialises
+    every argument: benchmarks/p2_fanout.py); after a jump the window is named."""
+    controller, calls = _controller(tmp_path, "[1,2,5,6]", next_window=[1])
+    for step in (1, 2, 3, 6, 5):
+        with controller.step(step):
+            pass
+    assert _rpcs(calls) == [("start_profile",), ("stop_profile",), ("start_profile",),
+                            ("stop_profile",), ("start_profile", (6,)), ("stop_profile",),
+                            ("start_profile", (5,)), ("stop_profile",)]
+
+
 def test_steps_going_backwards_inside_an_open_window(ray_cluster, tmp_path):
     controller, calls = _controller(tmp_path, "[1,2,3]", continuous=True)
     for step in (1, 2, 1, 2, 3):  # still inside [1-3]: the window stays open until step 3
         with controller.step(step):
             pass
-    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile", (1, 2, 3))]
+    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile",)]
 
 
 def test_exception_then_retry_of_the_same_step(ray_cluster, tmp_path):
@@ -140,7 +184,7 @@ def test_exception_then_retry_of_the_same_step(ray_cluster, tmp_path):
         raise ValueError("the step failed")
     with controller.step(2):  # the retry records nothing new
         pass
-    assert _rpcs(calls) == [("start_profile", (2,)), ("stop_profile", (2,))]
+    assert _rpcs(calls) == [("start_profile", (2,)), ("stop_profile",)]
     controller.finalize()
     with controller.step(2):
         pass

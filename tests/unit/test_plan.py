@@ -48,6 +48,12 @@ def test_whole_step_one_window_per_step_and_exact_repeat():
     assert proc.launch_env == {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
 
 
+def test_window_after_follows_the_order_of_step_windows():
+    plan = build_plan(config((1, 2, 5), continuous=True, actor=comp([0])), CPU)
+    assert plan.window_after((1, 2)) == (5,)
+    assert plan.window_after((5,)) is None and plan.window_after((3,)) is None
+
+
 def test_unselected_ranks_and_groups_are_not_wrapped():
     plan = build_plan(config(actor=comp([1]), critic=comp([0], key="critic")), CPU)
     assert plan.process("actor_rollout_ref", 0) is None

@@ -80,6 +80,26 @@ def test_whole_step_windows_with_idempotent_start_stop(tmp_path):
     assert worker.calls == [("generate_sequences", 1), ("update_actor", 2), ("update_actor", 5)]
 
 
+def test_start_without_steps_opens_the_planned_window_after_the_last_started(tmp_path):
+    """What the controller sends when its mirror of the worker says so (no RPC argument)."""
+    plan, worker = make(tmp_path, steps=(1, 2, 5))
+    assert worker.profile_status()["next"] == [1]
+    assert worker.start_profile() == "started"
+    assert worker.profile_status()["armed"] == [1] and worker.profile_status()["next"] == [2]
+    assert worker.stop_profile() == "stopped"
+    assert worker.start_profile((5,)) == "started"  # a jump (resume) moves past the skipped
+    assert worker.profile_status()["next"] is None
+    assert worker.stop_profile() == "stopped"
+    assert worker.start_profile() == "not-planned"  # none left after the last
+    assert worker.start_profile((2,)) == "started"  # the skipped one is still there
+    assert worker.profile_status()["next"] == [5]
+    assert worker.start_profile() == "not-planned"  # 5 was captured: never twice
+    assert worker.profile_status()["armed"] is None  # starting another stopped 2 first
+    entries = worker.finalize_profiles(timeout_s=5)
+    assert [(e["steps"], e["status"]) for e in entries] == [([1], "ok"), ([5], "ok"),
+                                                            ([2], "ok")]  # opening order
+
+
 def test_discrete_mode_opens_a_window_per_planned_phase_only(tmp_path):
     plan, worker = make(tmp_path, steps=(1,), discrete=True)
     worker.update_actor(1)  # not armed: no window
