@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    from verlprof.controller import ProfilingTerminated
+    from verlprof.signals import ProfilingTerminated
 
     try:
         return _dispatch(args)

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from tests.faults import harness
-from verlprof.controller import preflight
 from verlprof.errors import ConfigError, ProfilingRuntimeError
+from verlprof.preflight import preflight
 
 pytestmark = pytest.mark.integration
 

@@ -38,7 +38,7 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                 start_timeout_s: float = 300.0, runner_class: Any = None) -> Dict[str, Any]:
     """Start Ray (unless connected already), run the trainer as a TaskRunner, shut down.
 
-    Before anything starts, :func:`verlprof.controller.preflight` checks the output directory
+    Before anything starts, :func:`verlprof.preflight.preflight` checks the output directory
     and dry-runs each nsys command (a bad option is one clear line, not a hung worker). SIGTERM
     or Ctrl-C of this process is passed to the controller as SIGTERM: it stops every open
     window and finalises the reports; this function then waits for that (bounded), lets every
@@ -48,16 +48,17 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     """
     import ray
 
-    from verlprof.controller import ProfilingTerminated, _SignalGuard, preflight
     from verlprof.demo.trainer import TaskRunner
     from verlprof.launch import controller_options
+    from verlprof.preflight import preflight
+    from verlprof.signals import ProfilingTerminated, SignalGuard
 
     preflight(plan)
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=True,
                  logging_level="WARNING", configure_logging=True)
-    guard = _SignalGuard()
+    guard = SignalGuard()
     guard.install()  # after ray.init, which installs its own SIGTERM handler
     try:
         demo = loaded.raw.get("demo") or {}

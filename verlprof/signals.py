@@ -1,0 +1,101 @@
+"""SIGTERM and Ctrl-C while profiling: stop the windows and finalise the reports first.
+
+Inside ``with controller:`` (main thread only) the signal becomes an exception in the main
+thread, so that every ``finally`` runs: windows are stopped, reports are gathered. The signal
+is then passed on as its previous handler would have acted on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional
+
+logger = logging.getLogger("verlprof")
+
+
+class ProfilingTerminated(KeyboardInterrupt):
+    """Raised in the controller's main thread on SIGTERM inside ``with controller:``.
+
+    A :class:`KeyboardInterrupt` so that it also interrupts Ray's blocking calls (``ray.get``
+    turns an exception from a signal handler into a ``KeyboardInterrupt``); the controller
+    remembers the signal itself, so the type surviving does not matter.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"received {signal.Signals(signum).name}")
+
+
+class SignalGuard:
+    """SIGTERM and Ctrl-C inside ``with controller:``: turned into an exception in the main
+    thread so that open windows are stopped and reports finalised; the signal is then passed
+    on. Installed only in the main thread, and never over an ignored signal or over someone
+    else's SIGINT handler. While reports are being finalised the first signal is held back."""
+
+    def __init__(self) -> None:
+        self.previous: Dict[int, Any] = {}
+        self.received: Optional[int] = None
+        self._shield = 0
+        self._held = 0
+
+    @property
+    def installed(self) -> bool:
+        return bool(self.previous)
+
+    def install(self) -> bool:
+        if self.previous or threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            current = signal.getsignal(sig)
+            if current in (signal.SIG_IGN, None):
+                continue
+            if sig == signal.SIGINT and current is not signal.default_int_handler:
+                continue
+            self.previous[sig] = current
+            signal.signal(sig, self._handle)
+        return bool(self.previous)
+
+    def restore(self) -> Optional[int]:
+        """Put the previous handlers back; return the signal received meanwhile, if any."""
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in self.previous.items():
+                if signal.getsignal(sig) == self._handle:
+                    signal.signal(sig, handler)
+        previous, self.previous = self.previous, {}
+        self._previous_after_restore = previous
+        return self.received
+
+    @contextmanager
+    def shield(self) -> Iterator[None]:
+        self._shield += 1
+        try:
+            yield
+        finally:
+            self._shield -= 1
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is None or signum == signal.SIGTERM:
+            self.received = signum
+        if self._shield and self._held == 0:
+            self._held += 1
+            logger.warning("verlprof: %s received while finalising reports; finishing first "
+                           "(send it again to abort)", signal.Signals(signum).name)
+            return
+        if signum == signal.SIGTERM:
+            raise ProfilingTerminated(signum)
+        raise KeyboardInterrupt
+
+    def pass_on(self) -> None:
+        """After finalising: act on the signal received as its previous handler would."""
+        signum, self.received = self.received, None
+        previous = getattr(self, "_previous_after_restore", {})
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if signum == signal.SIGTERM:
+            handler = previous.get(signal.SIGTERM, signal.SIG_DFL)
+            if callable(handler):
+                handler(signal.SIGTERM, None)  # e.g. Ray's worker handler: exits the actor
+            raise SystemExit(128 + signal.SIGTERM)
