@@ -1,75 +1,156 @@
-"""``summary/timeline.png``: the run on one wall-clock axis (matplotlib, Agg backend).
+"""``summary/timeline.png``: the run on one wall-clock axis, drawn with Pillow.
 
 One lane per (group, rank), controller on top; phases as coloured bars (legend below, one
 colour per phase); capture windows as a pale band behind each lane; step boundaries as
-vertical lines labelled ``step N``; stragglers outlined in red. The figure grows with the
-number of lanes so 8 ranks × several groups stay legible.
+vertical lines labelled ``step N`` (solid at the start, dashed at the end); stragglers outlined
+in red. The picture grows with the number of lanes so 8 ranks x several groups stay legible.
+
+Why Pillow and not matplotlib: the picture is rectangles, lines and labels, and importing
+matplotlib alone took about 1.1 s of the 2-3 s a whole ``verlprof report`` took on 16 reports
+(docs/performance.md, P4); Pillow imports in about 40 ms and draws this in a few more.
 """
 
 from __future__ import annotations
 
+import math
+import os
+from typing import List, Sequence, Tuple
+
 from verlprof.report.timeline import TimelineData
 
-LANE_INCHES = 0.34
-WIDTH_INCHES = 15.0
-DPI = 110
+WIDTH_PX = 1650
+LANE_PX = 37
+"""Height of one lane; a bar fills 72% of it, a capture window 92%."""
+FONT_PT = {"title": 17, "label": 14, "small": 12}
+"""Font sizes in pixels."""
+FONT_FILES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+              "/usr/share/fonts/TTF/DejaVuSans.ttf")
+"""Tried in order; Pillow's built-in scalable font otherwise."""
+INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#eeeeee",
+                                          "#444444", "#d00000")
 
 
 def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:
-    # a bare Figure renders with Agg and never touches pyplot's global backend or state
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from PIL import Image, ImageDraw
 
+    fonts = {name: _font(size) for name, size in FONT_PT.items()}
     lanes = max(1, len(data.lanes))
-    legend_rows = (len(data.colours) + 3) // 4 + 1
-    height = 1.5 + LANE_INCHES * lanes + 0.25 * legend_rows
-    fig = Figure(figsize=(WIDTH_INCHES, height), dpi=DPI, layout="constrained")
-    ax = fig.add_subplot()
-    bar_h = 0.72
+    legend = _legend_entries(data)
+    columns = min(5, max(1, len(legend)))
+    legend_rows = math.ceil(len(legend) / columns) if legend else 0
+    label_w = max([_text_width(fonts["label"], lane) for lane in data.lanes] or [0])
+    left, right, top = label_w + 24, 24, 62
+    plot_h = LANE_PX * lanes
+    height = top + plot_h + 58 + 20 * legend_rows + 12
+    image = Image.new("RGB", (WIDTH_PX, height), "white")
+    draw = ImageDraw.Draw(image)
+    x0, x1, y0, y1 = left, WIDTH_PX - right, top, top + plot_h
+    x_max = data.end_s * 1.01 if data.end_s > 0 else 1.0
 
-    for i, group in enumerate(data.lane_groups):  # a rule between groups
-        if i == 0 or group != data.lane_groups[i - 1]:
-            ax.axhline(i - 0.5, color="#999999", linewidth=0.8)
+    def x_of(seconds: float) -> float:
+        return x0 + (x1 - x0) * max(0.0, min(seconds, x_max)) / x_max
+
+    def lane_box(lane: int, fill: float, start: float, end: float) -> Tuple[int, int, int, int]:
+        middle = y0 + LANE_PX * (lane + 0.5)
+        left_px, right_px = round(x_of(start)), round(x_of(end))
+        return (left_px, round(middle - LANE_PX * fill / 2), max(right_px, left_px + 1) - 1,
+                round(middle + LANE_PX * fill / 2) - 1)
+
+    ticks = _ticks(x_max)
+    for tick in ticks:
+        draw.line([(round(x_of(tick)), y0), (round(x_of(tick)), y1)], fill=GRID)
     for lane, start, end in data.windows:
-        ax.broken_barh([(start, max(end - start, 1e-6))], (lane - 0.46, 0.92),
-                       facecolors="#eeeeee", edgecolors="none", zorder=0)
-    for phase, colour in data.colours.items():
-        by_lane = {}
-        for b in data.bars:
-            if b.phase == phase:
-                by_lane.setdefault(b.lane, []).append(b)
-        for lane, bars in by_lane.items():
-            ax.broken_barh([(b.start_s, max(b.end_s - b.start_s, 1e-6)) for b in bars],
-                           (lane - bar_h / 2, bar_h), facecolors=colour,
-                           edgecolors=["#d00000" if b.straggler else "none" for b in bars],
-                           linewidths=[2.0 if b.straggler else 0 for b in bars], zorder=2)
+        draw.rectangle(lane_box(lane, 0.92, start, end), fill=BAND)
+    for i, group in enumerate(data.lane_groups):  # a rule between groups
+        if i and group != data.lane_groups[i - 1]:
+            draw.line([(x0, y0 + LANE_PX * i), (x1, y0 + LANE_PX * i)], fill=RULE)
+    for bar in data.bars:
+        box = lane_box(bar.lane, 0.72, bar.start_s, bar.end_s)
+        draw.rectangle(box, fill=data.colours[bar.phase])
+    for bar in data.bars:  # outlines last, so that a neighbour never covers one
+        if bar.straggler:
+            a, b, c, d = lane_box(bar.lane, 0.72, bar.start_s, bar.end_s)
+            draw.rectangle((a - 2, b - 2, c + 2, d + 2), outline=STRAGGLER, width=2)
     for step, start, end in data.steps:
-        ax.axvline(start, color="#444444", linewidth=1.0, zorder=3)
-        ax.axvline(end, color="#444444", linewidth=0.8, linestyle=(0, (4, 3)), zorder=3)
-        ax.annotate(f"step {step}", xy=(start, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(3, 3), textcoords="offset points", fontsize=9, fontweight="bold",
-                    va="bottom", ha="left", annotation_clip=False)
-
-    ax.set_ylim(lanes - 0.5, -0.5)
-    ax.set_yticks(range(len(data.lanes)))
-    ax.set_yticklabels(data.lanes, fontsize=8 if lanes > 16 else 9)
-    ax.set_xlim(0, data.end_s * 1.01 if data.end_s > 0 else 1.0)
-    ax.set_xlabel("seconds from the first event")
-    ax.grid(axis="x", color="#dddddd", linewidth=0.6, zorder=0)
-    ax.set_axisbelow(True)
-    ax.set_title(title, loc="left", fontsize=11, pad=18)
-
-    handles = [Patch(facecolor=c, label=p) for p, c in data.colours.items()]
-    if data.windows:
-        handles.append(Patch(facecolor="#eeeeee", label="capture window"))
-    if any(b.straggler for b in data.bars):
-        handles.append(Patch(facecolor="white", edgecolor="#d00000", linewidth=2,
-                             label="straggler"))
-    if data.steps:
-        handles.append(Line2D([], [], color="#444444", label="step start / end (dashed)"))
-    if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(5, len(handles)),
-                   fontsize=8, frameon=False)
-    fig.savefig(path)
+        draw.line([(round(x_of(start)), y0), (round(x_of(start)), y1)], fill=STEP)
+        _dashed_vline(draw, round(x_of(end)), y0, y1, STEP)
+        for shift in (4, 5):  # drawn twice, 1 px apart: bold without a second font file
+            draw.text((round(x_of(start)) + shift, y0 - 4), f"step {step}", fill=INK,
+                      font=fonts["label"], anchor="ld")
+    draw.rectangle((x0, y0, x1, y1), outline=INK)
+    for i, lane in enumerate(data.lanes):
+        draw.text((x0 - 8, y0 + LANE_PX * (i + 0.5)), lane, fill=INK, font=fonts["label"],
+                  anchor="rm")
+    for tick in ticks:
+        x = round(x_of(tick))
+        draw.line([(x, y1), (x, y1 + 4)], fill=INK)
+        draw.text((x, y1 + 7), f"{tick:g}", fill=INK, font=fonts["label"], anchor="mt")
+    draw.text(((x0 + x1) // 2, y1 + 28), "seconds from the first event", fill=INK,
+              font=fonts["label"], anchor="mt")
+    draw.text((x0, 10), title, fill=INK, font=fonts["title"], anchor="lt")
+    _draw_legend(draw, legend, columns, (x0 + x1) // 2, y1 + 56, fonts["small"])
+    image.save(path, optimize=False, compress_level=6)
     return path
+
+
+def _legend_entries(data: TimelineData) -> List[Tuple[str, str, str]]:
+    """(kind, colour, label): ``box`` swatches for phases, windows, stragglers; ``line``."""
+    entries = [("box", colour, phase) for phase, colour in data.colours.items()]
+    if data.windows:
+        entries.append(("box", BAND, "capture window"))
+    if any(bar.straggler for bar in data.bars):
+        entries.append(("outline", STRAGGLER, "straggler"))
+    if data.steps:
+        entries.append(("line", STEP, "step start / end (dashed)"))
+    return entries
+
+
+def _draw_legend(draw, entries: Sequence[Tuple[str, str, str]], columns: int, centre: int,
+                 top: int, font) -> None:
+    if not entries:
+        return
+    swatch, gap = 22, 8
+    widths = [swatch + gap + _text_width(font, label) + 28 for _, _, label in entries]
+    column_w = [max(widths[i::columns]) for i in range(columns)]
+    x_start = centre - sum(column_w) // 2
+    for i, (kind, colour, label) in enumerate(entries):
+        row, column = divmod(i, columns)
+        x, y = x_start + sum(column_w[:column]), top + 20 * row
+        if kind == "line":
+            draw.line([(x, y + 7), (x + swatch, y + 7)], fill=colour, width=2)
+        elif kind == "outline":
+            draw.rectangle((x, y, x + swatch, y + 13), fill="white", outline=colour, width=2)
+        else:
+            draw.rectangle((x, y, x + swatch, y + 13), fill=colour)
+        draw.text((x + swatch + gap, y + 7), label, fill=INK, font=font, anchor="lm")
+
+
+def _dashed_vline(draw, x: int, y0: int, y1: int, colour: str, on: int = 6,
+                  off: int = 4) -> None:
+    y = y0
+    while y < y1:
+        draw.line([(x, y), (x, min(y + on, y1))], fill=colour)
+        y += on + off
+
+
+def _ticks(x_max: float, target: int = 10) -> List[float]:
+    """Round tick positions (1, 2 or 5 times a power of ten) from 0 to ``x_max``."""
+    raw = x_max / target
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    count = int(x_max / step + 1e-9)
+    return [round(i * step, 10) for i in range(count + 1)]
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    for path in FONT_FILES:
+        if os.path.exists(path):
+            return ImageFont.truetype(path, size)
+    return ImageFont.load_default(size)
+
+
+def _text_width(font, text: str) -> int:
+    left, _, right, _ = font.getbbox(text)
+    return int(right - left)
