@@ -6,8 +6,11 @@ the one the process plan names. Only selected processes ever construct one.
 
 from __future__ import annotations
 
-from verlprof.backends.base import Capture
-from verlprof.plan import ProcessPlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the nsys command-line helpers here are used without a plan (reports)
+    from verlprof.backends.base import Capture
+    from verlprof.plan import ProcessPlan
 
 
 def make_capture(plan: ProcessPlan) -> Capture:

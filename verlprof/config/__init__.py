@@ -13,8 +13,8 @@ the full key: ``actor_rollout_ref.actor.profile_ranks[1]: rank 0 listed twice``.
 Which source wins when several are set: see ``docs/config_sources.md``.
 """
 
-from verlprof.config.build import LoadedConfig, config_from_dict
-from verlprof.config.loader import load_config
+from typing import Any
+
 from verlprof.config.schema import (
     ComponentConfig,
     ComponentsConfig,
@@ -37,3 +37,18 @@ __all__ = [
     "config_from_dict",
     "load_config",
 ]
+
+_LAZY = {"LoadedConfig": "verlprof.config.build", "config_from_dict": "verlprof.config.build",
+         "load_config": "verlprof.config.loader"}
+"""Imported on first use: they pull in OmegaConf and YAML (about 0.2 s), which the plan, the
+workers and ``verlprof report`` only need the schema from."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'verlprof.config' has no attribute {name!r}")
