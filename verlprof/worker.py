@@ -7,8 +7,8 @@ A worker class mixes in :class:`ProfilingWorkerMixin` and decorates its phase me
         @annotate("actor")
         def update_actor(self, batch): ...
 
-Unselected processes are never configured: their ``annotate``d methods pay one wrapper call
-and one test of an empty set, nothing else. A selected process gets a :class:`ProfileSession` that
+Unselected processes are never configured: their ``annotate``d methods pay one wrapper call,
+with no test at all. A selected process gets a :class:`ProfileSession` that
 executes its :class:`~verlprof.plan.ProcessPlan`: whole-step windows open on
 ``start_profile`` and close on ``stop_profile``; in discrete mode ``start_profile`` only arms
 the step and each planned phase call opens and closes its own window.
@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import time
-import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
@@ -36,12 +36,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE_OWNERS: set = set()
 """``id()`` of every worker of this process with a window armed or open."""
 
-_LIVE = types.CellType(False)
-"""``bool(_ACTIVE_OWNERS)``, in one cell shared by the closure of every ``annotate`` wrapper.
-False on an unselected rank, so the wrapper's first test fails without looking the per-object
-flag up: that lookup finds the flag on the mixin class, which CPython 3.11 does not specialise
-(about 0.7x a bare call), while a closure cell holding a bool is the cheapest test there is
-(benchmarks/p1_annotate.py)."""
+_WRAPPERS: weakref.WeakSet[Callable] = weakref.WeakSet()
+"""Every ``annotate`` wrapper of this process. Each holds two code objects for the same
+closure, ``__verlprof_codes__ = (passthrough, checking)``: while no worker of the process has a
+window armed or open (always, on an unselected rank) the wrappers run the passthrough, a plain
+call of the method with no test at all; :func:`set_active` swaps every wrapper to the checking
+code and back. Ray resolved the methods once, so the function objects must stay the same:
+only their ``__code__`` changes (benchmarks/p1_annotate.py)."""
 _LIVE_LOCK = threading.Lock()
 
 
@@ -50,22 +51,24 @@ def set_active(owner: Any, active: bool) -> None:
     method (False)."""
     owner._verlprof_active = active
     with _LIVE_LOCK:
+        was_live = bool(_ACTIVE_OWNERS)
         if active:
             _ACTIVE_OWNERS.add(id(owner))
         else:
             _ACTIVE_OWNERS.discard(id(owner))
-        _LIVE.cell_contents = bool(_ACTIVE_OWNERS)
+        live = bool(_ACTIVE_OWNERS)
+        if live != was_live:
+            for wrapper in list(_WRAPPERS):
+                wrapper.__code__ = wrapper.__verlprof_codes__[live]
 
 
-def _share_live_cell(wrapper: Callable) -> Callable:
-    """``wrapper`` rebuilt so that its free variable ``_verlprof_live`` is :data:`_LIVE`."""
-    code = wrapper.__code__
-    cells = tuple(_LIVE if name == "_verlprof_live" else cell
-                  for name, cell in zip(code.co_freevars, wrapper.__closure__ or ()))
-    shared = types.FunctionType(code, wrapper.__globals__, wrapper.__name__,
-                                wrapper.__defaults__, cells)
-    shared.__kwdefaults__ = wrapper.__kwdefaults__
-    return shared
+def _register(checking: Callable, passthrough: Callable) -> Callable:
+    """``passthrough`` (the function object Ray will hold) with both codes, current one set."""
+    passthrough.__verlprof_codes__ = (passthrough.__code__, checking.__code__)
+    with _LIVE_LOCK:
+        passthrough.__code__ = passthrough.__verlprof_codes__[bool(_ACTIVE_OWNERS)]
+        _WRAPPERS.add(passthrough)
+    return passthrough
 
 
 def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
@@ -73,21 +76,25 @@ def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
 
     Inside an open window the call is wrapped in an NVTX range (nsys) or a ``record_function``
     (torch); in discrete mode a planned phase opens its own window. Otherwise the method runs
-    as is: the only cost is this wrapper and one test of a set that is empty unless a window
-    of this process is armed or open.
+    as is: while no window of this process is armed or open, the only cost is this wrapper's
+    call, with no test at all.
     """
 
     import inspect
 
     def generic(fn: Callable, name: str) -> Callable:
-        _verlprof_live = False  # a placeholder cell: replaced by the shared one
-
         def wrapper(self, *args, **kwargs):
-            if _verlprof_live and self._verlprof_active:
+            if self._verlprof_active:
                 return self._verlprof_session.run_phase(role, name, fn, self, args, kwargs)
             return fn(self, *args, **kwargs)
 
-        return _share_live_cell(wrapper)
+        checking = wrapper
+
+        def wrapper(self, *args, **kwargs):  # noqa: F811 - the passthrough twin of the above
+            return fn(self, *args, **kwargs)
+            role, name  # noqa: B018 - unreachable: keeps the checking code's free variables
+
+        return _register(checking, wrapper)
 
     def exact(fn: Callable, name: str) -> Optional[Callable]:
         """A wrapper with ``fn``'s own parameters, so that the off path forwards them with a
@@ -114,19 +121,23 @@ def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
         keyword += [f"**{p.name}" for p in rest if p.kind == kinds.VAR_KEYWORD]
         as_dict = [f"{p.name!r}: {p.name}" for p in rest if p.kind == kinds.KEYWORD_ONLY]
         as_dict += [f"**{p.name}" for p in rest if p.kind == kinds.VAR_KEYWORD]
+        call = f"_verlprof_fn({', '.join([this, *positional, *keyword])})"
         source = (  # closure variables, not globals: LOAD_DEREF is the cheapest load
             "def make(_verlprof_fn, _verlprof_role, _verlprof_name):\n"
-            "    _verlprof_live = False\n"
             f"    def wrapper{bare}:\n"
-            f"        if _verlprof_live and {this}._verlprof_active:\n"
+            f"        if {this}._verlprof_active:\n"
             f"            return {this}._verlprof_session.run_phase(_verlprof_role,"
             f" _verlprof_name, _verlprof_fn, {this}, ({''.join(a + ', ' for a in positional)}),"
             f" {{{', '.join(as_dict)}}})\n"
-            f"        return _verlprof_fn({', '.join([this, *positional, *keyword])})\n"
-            "    return wrapper\n")
+            f"        return {call}\n"
+            "    checking = wrapper\n"
+            f"    def wrapper{bare}:\n"
+            f"        return {call}\n"
+            "        _verlprof_role, _verlprof_name\n"  # unreachable: same free variables
+            "    return checking, wrapper\n")
         scope: Dict[str, Any] = {}
         exec(compile(source, f"<verlprof.annotate {fn.__qualname__}>", "exec"), scope)  # noqa: S102
-        wrapper = _share_live_cell(scope["make"](fn, role, name))
+        wrapper = _register(*scope["make"](fn, role, name))
         wrapper.__defaults__ = fn.__defaults__
         wrapper.__kwdefaults__ = fn.__kwdefaults__
         return wrapper

@@ -175,13 +175,17 @@ def test_exact_wrapper_active_path_hands_every_argument_to_the_session():
 
 
 def test_only_the_active_worker_of_a_process_goes_through_its_session():
-    """The shared "any window live" cell only lets a wrapper look at its own object's flag:
-    a second worker in the same process keeps running bare, and once the last window closes
-    every wrapper is back to the cheap path."""
+    """While some window is live every wrapper runs its checking code, which still looks at its
+    own object's flag: a second worker in the same process keeps running bare. Once the last
+    window closes every wrapper is back to the passthrough code, with no test at all."""
     active, idle = _Worker(), _Worker()
     active._verlprof_session, idle._verlprof_session = _Session(), _Session()
+    passthrough, checking = _Worker.plain.__verlprof_codes__
+    assert _Worker.plain.__code__ is passthrough and _Worker.generic.__code__ is \
+        _Worker.generic.__verlprof_codes__[0]
     set_active(active, True)
     try:
+        assert _Worker.plain.__code__ is checking
         active.plain(1, c=3)
         idle.plain(1, c=3)
         idle.generic(2)
@@ -190,5 +194,4 @@ def test_only_the_active_worker_of_a_process_goes_through_its_session():
     active.plain(1, c=3)
     assert [c[1] for c in active._verlprof_session.calls] == ["plain"]
     assert idle._verlprof_session.calls == []
-    assert _Worker.plain.__closure__[[*_Worker.plain.__code__.co_freevars].index(
-        "_verlprof_live")].cell_contents is False
+    assert _Worker.plain.__code__ is passthrough
