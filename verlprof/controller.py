@@ -39,6 +39,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from verlprof import paths
 from verlprof.collect import move_all, partial_reports, unreachable_entries
+from verlprof.config.schema import ON_RANK_FAILURE
 from verlprof.controller_capture import ControllerCapture, node_id
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
@@ -51,8 +52,6 @@ __all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "descr
 
 logger = logging.getLogger("verlprof")
 
-ON_RANK_FAILURE = ("continue", "raise")
-"""What the controller does when a rank dies or an RPC to it fails or times out."""
 
 
 class ProfileController:

@@ -85,7 +85,7 @@ def test_seed_profiler_block_details():
         "rocprof_sys": {"args": {"trace": True}, "env": {"ROCPROFSYS_X": 3},
                         "executable": "rocprof-sys-python"},
         "phases": {"actor": ["update_actor"], "critic": ["update_critic", "compute_values"]},
-        "rpc_timeout_s": 5, "finalize_timeout_s": 7.5})
+        "rpc_timeout_s": 5, "finalize_timeout_s": 7.5, "on_rank_failure": "raise"})
     prof = load(cfg).profiling
     assert prof.tool == "torch"
     assert prof.output_dir == os.path.abspath("rel/dir")
@@ -99,6 +99,7 @@ def test_seed_profiler_block_details():
     assert prof.phases == {"actor": ("update_actor",),
                            "critic": ("update_critic", "compute_values")}
     assert prof.rpc_timeout_s == 5.0 and prof.finalize_timeout_s == 7.5
+    assert prof.on_rank_failure == "raise"
 
 
 def test_profiling_off_by_default():

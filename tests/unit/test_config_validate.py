@@ -180,6 +180,7 @@ CASES: List[Tuple[str, Dict[str, Any], List[Tuple[str, Any]], str]] = [
     ("timeout-negative", SEED, [(f"{P}.finalize_timeout_s", -5)], f"{P}.finalize_timeout_s: must be a positive number"),
     ("timeout-string", SEED, [(f"{P}.rpc_timeout_s", "60")], f"{P}.rpc_timeout_s: must be a positive number"),
     ("timeout-bool", SEED, [(f"{P}.rpc_timeout_s", True)], f"{P}.rpc_timeout_s: must be a positive number"),
+    ("rank-failure-policy", SEED, [(f"{P}.on_rank_failure", "stop")], f"{P}.on_rank_failure: must be one of continue, raise"),
     ("timeout-inf", SEED, [(f"{P}.finalize_timeout_s", float("inf"))], f"{P}.finalize_timeout_s: must be a positive number"),
     ("executable-empty", SEED, [(f"{P}.nsys.executable", " ")], f"{P}.nsys.executable: must be a non-empty string"),
     ("output-dir-type", SEED, [(f"{P}.output_dir", ["a"])], f"{P}.output_dir: must be a non-empty string"),

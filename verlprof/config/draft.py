@@ -81,6 +81,7 @@ class Draft:
     rocprof_sys: Dict[str, Any] = field(default_factory=dict)
     rpc_timeout_s: float = 120.0
     finalize_timeout_s: float = 300.0
+    on_rank_failure: str = "continue"
     warnings: List[str] = field(default_factory=list)
 
     def warn(self, message: str) -> None:
@@ -117,6 +118,7 @@ def to_profiling(draft: Draft) -> ProfilingConfig:
         "rocprof_sys": dict(draft.rocprof_sys),
         "rpc_timeout_s": draft.rpc_timeout_s,
         "finalize_timeout_s": draft.finalize_timeout_s,
+        "on_rank_failure": draft.on_rank_failure,
         "source": draft.source,
     }
     try:

@@ -12,12 +12,13 @@ from typing import Any, Mapping, Optional, Tuple
 
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
-from verlprof.config.schema import DEFAULT_FILENAME_TEMPLATE, TOOLS
+from verlprof.config.schema import DEFAULT_FILENAME_TEMPLATE, ON_RANK_FAILURE, TOOLS
 
 PREFIX = "trainer.profiler"
 
 KEYS: Tuple[str, ...] = ("tool", "enabled", "output_dir", "filename_template", "nsys", "torch",
-                         "rocprof_sys", "phases", "rpc_timeout_s", "finalize_timeout_s")
+                         "rocprof_sys", "phases", "rpc_timeout_s", "finalize_timeout_s",
+                         "on_rank_failure")
 """Keys of ``trainer.profiler``."""
 
 NSYS_KEYS: Tuple[str, ...] = ("trigger", "executable", "worker_flags", "controller_flags")
@@ -59,6 +60,9 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
                                             f"{PREFIX}.rpc_timeout_s", draft.rpc_timeout_s)
     draft.finalize_timeout_s = v.positive_number(
         block.get("finalize_timeout_s"), f"{PREFIX}.finalize_timeout_s", draft.finalize_timeout_s)
+    if block.get("on_rank_failure") is not None:
+        draft.on_rank_failure = v.choice(block["on_rank_failure"], f"{PREFIX}.on_rank_failure",
+                                         ON_RANK_FAILURE)
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
     draft.rocprof_sys = _read_rocprof(block.get("rocprof_sys"))

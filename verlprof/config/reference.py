@@ -82,6 +82,7 @@ KEYS: Dict[str, Keys] = {
     "ProfilingConfig.rocprof_sys": Keys("trainer.profiler.rocprof_sys", internal=True),
     "ProfilingConfig.rpc_timeout_s": Keys("trainer.profiler.rpc_timeout_s"),
     "ProfilingConfig.finalize_timeout_s": Keys("trainer.profiler.finalize_timeout_s"),
+    "ProfilingConfig.on_rank_failure": Keys("trainer.profiler.on_rank_failure"),
     "ProfilingConfig.source": Keys("", internal=True),
     "ComponentsConfig.actor": Keys("actor_rollout_ref.actor", internal=True),
     "ComponentsConfig.rollout": Keys("actor_rollout_ref.rollout", internal=True),

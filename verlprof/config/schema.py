@@ -17,6 +17,9 @@ OptionValue = Union[str, int, float, bool, None]
 TOOLS: Tuple[str, ...] = ("nsys", "torch", "rocprof_sys")
 """Profiling backends verlprof can drive."""
 
+ON_RANK_FAILURE: Tuple[str, ...] = ("continue", "raise")
+"""What the controller does when a rank dies or an RPC to it fails or times out."""
+
 ROLES: Tuple[str, ...] = ("actor", "rollout", "ref", "critic", "rm")
 """Components (roles) whose ranks can be profiled."""
 
@@ -183,6 +186,11 @@ class ProfilingConfig:
 
     finalize_timeout_s: float = 300.0
     """Seconds to wait for reports to be finalised at the end of a run."""
+
+    on_rank_failure: str = "continue"
+    """When a rank dies or an RPC to it fails or times out: ``continue`` names it, marks its
+    reports missing with the reason and goes on training; ``raise`` stops every other window
+    and raises ``ProfilingRuntimeError`` naming the rank at the step boundary."""
 
     source: str = "seed"
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,

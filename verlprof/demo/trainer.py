@@ -14,7 +14,6 @@ The ``demo:`` block of the config (ignored by verlprof itself) also lets you reh
     ``marker``: a file written (JSON: pid, phase, step) just before the fault fires.
 ``demo.on_worker_death``: ``stop`` (default, like verl: the step fails) or ``continue`` (the
     dead rank is dropped and its share of the batch goes to the others).
-``demo.on_rank_failure``: the controller's policy, ``continue`` (default) or ``raise``.
 ``demo.worker_start_timeout_s``: bound on worker start-up (default 300).
 """
 
@@ -134,7 +133,8 @@ class PPOTrainer:
         self.controller = ProfileController(
             plan, rpc_timeout_s=float(profiler.get("rpc_timeout_s", 120.0)),
             finalize_timeout_s=float(profiler.get("finalize_timeout_s", 300.0)),
-            on_rank_failure=str(demo.get("on_rank_failure", "continue")), preflight=preflight)
+            on_rank_failure=str(profiler.get("on_rank_failure") or "continue"),
+            preflight=preflight)
         self.groups: Dict[str, List[Any]] = {}
         placement = demo.get("worker_resources") or {}
         for group in plan.groups:
