@@ -189,6 +189,13 @@ def test_rocprof_argv_and_env_user_env_wins():
     assert proc.launch_env["ROCPROFSYS_USE_PID"] == "false"
 
 
+def test_rocprof_output_dir_with_a_dollar_is_refused_naming_the_key():
+    cfg = dataclasses.replace(config(tool="rocprof_sys", critic=comp([1], key="critic")),
+                              output_dir="/out/$USER")
+    with pytest.raises(ConfigError, match=r"^trainer\.profiler\.output_dir: .* contains '\$'"):
+        build_plan(cfg, CPU)
+
+
 def test_off_when_no_steps_or_disabled_or_nothing_selected():
     assert not build_plan(config((), actor=comp([0])), CPU).enabled
     assert not build_plan(dataclasses.replace(config(actor=comp([0])), enabled=False),
