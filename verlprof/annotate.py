@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 import weakref
 from typing import Any, Callable, Dict, Optional, TypeVar
 
@@ -38,12 +39,27 @@ def set_active(owner: Any, active: bool) -> None:
         was_live = bool(_ACTIVE_OWNERS)
         if active:
             _ACTIVE_OWNERS.add(id(owner))
+            adopted = _adopt(type(owner))
         else:
             _ACTIVE_OWNERS.discard(id(owner))
+            adopted = []
         live = bool(_ACTIVE_OWNERS)
-        if live != was_live:
-            for wrapper in list(_WRAPPERS):
-                wrapper.__code__ = wrapper.__verlprof_codes__[live]
+        for wrapper in list(_WRAPPERS) if live != was_live else adopted:
+            wrapper.__code__ = wrapper.__verlprof_codes__[live]
+
+
+def _adopt(cls: type) -> list:
+    """Register the wrappers of ``cls`` that this process did not decorate itself: a class
+    that Ray (cloudpickle) ships by value, e.g. one defined in the driver's ``__main__``, is
+    rebuilt in the worker without passing through :func:`annotate`. Returns the new ones."""
+    found = []
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            if isinstance(value, types.FunctionType) and value not in _WRAPPERS \
+                    and getattr(value, "__verlprof_codes__", None) is not None:
+                _WRAPPERS.add(value)
+                found.append(value)
+    return found
 
 
 def _register(checking: Callable, passthrough: Callable) -> Callable:

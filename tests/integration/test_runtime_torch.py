@@ -46,3 +46,36 @@ def test_torch_whole_and_discrete(ray_cluster, tmp_path):
             other = {"critic/compute_values", "critic/update_critic"} - {role_phase}
             assert not other & names
     assert not any(p["under_profiler"] for p in result["processes"])
+
+
+def test_worker_class_shipped_by_value_records_its_phases(ray_cluster, tmp_path):
+    """A worker class defined in a function (or in the driver's ``__main__``) reaches Ray's
+    workers by value, rebuilt without running ``annotate`` there: its phases must still be
+    recorded once its window opens."""
+    import ray
+
+    from tests.faults import light
+    from verlprof.worker import ProfilingWorkerMixin, annotate
+
+    class ScriptWorker(ProfilingWorkerMixin):
+        @annotate("actor")
+        def update_actor(self, batch):
+            return sum(batch)
+
+    out = str(tmp_path)
+    plan = light.make_plan(out, [
+        "trainer.profiler.tool=torch", "trainer.total_training_steps=1",
+        "trainer.profile_steps=[1]", "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.actor.profile_ranks=[0]",
+        "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
+        "reward_model.enable=false"])
+    controller = light.controller_for(plan)
+    actors = [ray.remote(num_cpus=0)(ScriptWorker).remote()]
+    controller.register_group("actor_rollout_ref", actors)
+    with controller.step(1):
+        assert ray.get(actors[0].update_actor.remote([1, 2])) == 3
+    manifest = controller.finalize().to_dict()
+    [entry] = manifest["reports"]
+    assert entry["status"] == "ok"
+    names = {e.get("name") for e in load(os.path.join(out, entry["path"]))["traceEvents"]}
+    assert "actor/update_actor" in names

@@ -195,3 +195,45 @@ def test_only_the_active_worker_of_a_process_goes_through_its_session():
     assert [c[1] for c in active._verlprof_session.calls] == ["plain"]
     assert idle._verlprof_session.calls == []
     assert _Worker.plain.__code__ is passthrough
+
+
+_SHIPPED_CHILD = """
+import sys, ray.cloudpickle as cloudpickle
+from verlprof.worker import set_active
+shipped = cloudpickle.loads(sys.stdin.buffer.read())
+class Session:
+    calls = []
+    def run_phase(self, role, phase, fn, owner, args, kwargs):
+        self.calls.append([role, phase, list(args)])
+        return fn(owner, *args, **kwargs)
+worker = shipped()
+worker._verlprof_session = session = Session()
+set_active(worker, True)
+result = worker.update_critic(3)
+set_active(worker, False)
+worker.update_critic(4)
+print(result, session.calls, shipped.update_critic.__code__ is
+      shipped.update_critic.__verlprof_codes__[0])
+"""
+
+
+def test_a_class_shipped_by_value_is_adopted_when_its_worker_becomes_active():
+    """Ray ships a class defined in the driver's ``__main__`` (or in a function) by value:
+    the worker process rebuilds it without running ``annotate``, so ``set_active`` finds its
+    wrappers on the class and swaps them too."""
+    import subprocess
+    import sys
+
+    import ray.cloudpickle as cloudpickle
+
+    class Local(ProfilingWorkerMixin):
+        @annotate("critic")
+        def update_critic(self, batch):
+            return batch
+
+    child = subprocess.run([sys.executable, "-c", _SHIPPED_CHILD],
+                           input=cloudpickle.dumps(Local), capture_output=True, timeout=120,
+                           check=False)
+    assert child.returncode == 0, child.stderr.decode()[-2000:]
+    assert child.stdout.decode().split() == ["3", "[['critic',", "'update_critic',", "[3]]]",
+                                             "True"]
