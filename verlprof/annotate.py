@@ -51,14 +51,24 @@ def set_active(owner: Any, active: bool) -> None:
 def _adopt(cls: type) -> list:
     """Register the wrappers of ``cls`` that this process did not decorate itself: a class
     that Ray (cloudpickle) ships by value, e.g. one defined in the driver's ``__main__``, is
-    rebuilt in the worker without passing through :func:`annotate`. Returns the new ones."""
+    rebuilt in the worker without passing through :func:`annotate`. Returns the new ones.
+
+    Other decorators around a wrapper (Ray's own tracing wrappers on its subclass of the actor
+    class) copy its ``__dict__``, ``__verlprof_codes__`` included, with ``functools.wraps``: a
+    function is ours only when its current code is one of its two codes. Their
+    ``__wrapped__`` chain leads to ours."""
     found = []
     for klass in cls.__mro__:
         for value in vars(klass).values():
-            if isinstance(value, types.FunctionType) and value not in _WRAPPERS \
-                    and getattr(value, "__verlprof_codes__", None) is not None:
-                _WRAPPERS.add(value)
-                found.append(value)
+            for _ in range(8):  # a bounded walk down __wrapped__
+                if not isinstance(value, types.FunctionType):
+                    break
+                if value.__code__ in getattr(value, "__verlprof_codes__", ()):
+                    if value not in _WRAPPERS:
+                        _WRAPPERS.add(value)
+                        found.append(value)
+                    break
+                value = getattr(value, "__wrapped__", None)
     return found
 
 

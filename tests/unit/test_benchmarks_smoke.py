@@ -237,3 +237,35 @@ def test_a_class_shipped_by_value_is_adopted_when_its_worker_becomes_active():
     assert child.returncode == 0, child.stderr.decode()[-2000:]
     assert child.stdout.decode().split() == ["3", "[['critic',", "'update_critic',", "[3]]]",
                                              "True"]
+
+
+def test_a_decorator_over_annotate_keeps_its_own_code():
+    """A decorator stacked on an annotated method (Ray puts its tracing wrappers on its
+    subclass of the actor class) copies the wrapper's ``__dict__``: only annotate's own wrapper,
+    found down ``__wrapped__``, changes code."""
+    import functools
+
+    def traced(fn):
+        @functools.wraps(fn)
+        def tracing(self, *args, **kwargs):
+            return fn(self, *args, **kwargs)
+
+        return tracing
+
+    class Traced(ProfilingWorkerMixin):
+        @traced
+        @annotate("actor")
+        def update_actor(self, batch):
+            return batch
+
+    outer_code = Traced.update_actor.__code__
+    assert hasattr(Traced.update_actor, "__verlprof_codes__")  # copied by functools.wraps
+    worker = Traced()
+    worker._verlprof_session = session = _Session()
+    set_active(worker, True)
+    try:
+        assert worker.update_actor(5) == 5
+        assert Traced.update_actor.__code__ is outer_code
+    finally:
+        set_active(worker, False)
+    assert session.calls == [("actor", "update_actor", (5,), {})]
