@@ -40,18 +40,18 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from verlprof import paths
 from verlprof.collect import move_all, partial_reports, unreachable_entries
 from verlprof.config.schema import ON_RANK_FAILURE
-from verlprof.controller_capture import ControllerCapture, node_id
+from verlprof.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
 from verlprof.plan import ProfilePlan
 from verlprof.preflight import preflight as check_before_start
 from verlprof.rank_rpc import RankCalls, Target, describe_error
 from verlprof.signals import ProfilingTerminated, SignalGuard
+from verlprof.worker import node_id
 
 __all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "describe_error"]
 
 logger = logging.getLogger("verlprof")
-
 
 
 class ProfileController:
@@ -193,7 +193,7 @@ class ProfileController:
         following = self.plan.window_after(window)
         try:
             _, errors = self._rpc.call("start_profile", targets,
-                                     lambda t: () if t in implicit else (window,))
+                                       lambda t: () if t in implicit else (window,))
             for target in targets:
                 self._next[target] = following
             for target, _ in errors:
@@ -234,7 +234,7 @@ class ProfileController:
             alive = [t for t in self.targets if t not in self._rpc.failed]
             margin = min(30.0, 5.0 + timeout / 10)
             results, errors = self._rpc.call("finalize_profiles", alive, lambda t: (timeout,),
-                                           timeout_s=timeout + margin, wait_busy=True)
+                                             timeout_s=timeout + margin, wait_busy=True)
             self._on_errors(errors, False)
             why = {t: msg for t, msg in errors}
             plans = {(p.group, p.rank): p for p in self.plan.processes}

@@ -11,6 +11,7 @@ from typing import Any, Iterator, List, Tuple
 from verlprof import nvtx, paths
 from verlprof.manifest import ReportEntry
 from verlprof.plan import ProfilePlan
+from verlprof.worker import node_id
 
 
 class ControllerCapture:
@@ -37,12 +38,8 @@ class ControllerCapture:
         if self._handle is None:
             yield
             return
-        emitter = nvtx.get_emitter()
-        handle = emitter.range_start(label)
-        try:
+        with nvtx.span(label):
             yield
-        finally:
-            emitter.range_end(handle)
 
     def collect(self, timeout_s: float) -> List[ReportEntry]:
         """Entries for the controller's planned windows (its reports are written in place)."""
@@ -82,13 +79,3 @@ class ControllerCapture:
                 bytes=os.path.getsize(path) if path else 0, reason=reason,
                 transfer="direct" if path else None))
         return entries
-
-
-def node_id() -> str:
-    """This process's Ray node id ("" outside Ray)."""
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    except Exception:
-        return ""

@@ -58,7 +58,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 NVTX_DOMAIN = "verlprof"
 """NVTX domain of every range verlprof emits."""
@@ -358,6 +359,18 @@ def capture_close(handle: Any) -> None:
         get_emitter().range_end(handle)
 
 
+@contextmanager
+def span(label: str, emitter: Any = None) -> Iterator[None]:
+    """An NVTX range ``label`` in :data:`NVTX_DOMAIN` around the block (``emitter``: default
+    the process's)."""
+    emitter = emitter if emitter is not None else get_emitter()
+    handle = emitter.range_start(label)
+    try:
+        yield
+    finally:
+        emitter.range_end(handle)
+
+
 __all__ = ["CAPTURE_RANGE", "NVTX_DOMAIN", "NullEmitter", "NvtxEmitter", "capture_close",
            "capture_open", "get_emitter", "make_emitter", "nvtx_library_candidates",
-           "profiler_attached", "reset_emitter"]
+           "profiler_attached", "reset_emitter", "span"]

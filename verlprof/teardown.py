@@ -40,59 +40,44 @@ def settle_profilers(pids: Sequence[int], timeout_s: float) -> List[str]:
 
 def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> List[str]:
     """:func:`settle_profilers` on each node, in parallel, through Ray."""
-    import sys
-
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not pids_by_node:
         return []
-    task = ray.remote(num_cpus=0)(settle_profilers)
-    refs = []
-    for node_id, pids in pids_by_node.items():
-        # explicit interpreter: a task inherits its creator's runtime_env, and the controller
-        # may itself run under nsys
-        options = {"runtime_env": {"py_executable": sys.executable}}
-        if node_id:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        refs.append(task.options(**options).remote(pids, timeout_s))
+    refs = [_on_node(settle_profilers, node).remote(pids, timeout_s)
+            for node, pids in pids_by_node.items()]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
     problems = [line for result in ray.get(ready) for line in result]
     problems += [f"a node did not answer within {timeout_s + 30:g}s" for _ in late]
     return problems
 
 
-
-
-def _send_signal(pid: int, signum: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, signum)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
 def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0) -> bool:
     """Send ``signum`` to ``pid`` on Ray node ``node_id`` (directly when it is this node)."""
+    import ray
+
+    from verlprof.backends.nsys_procs import send_signal
+    from verlprof.worker import node_id as this_node_id
+
+    if not node_id or node_id == this_node_id():
+        return send_signal(pid, signum)
+    ready, _ = ray.wait([_on_node(send_signal, node_id).remote(pid, signum)], timeout=timeout_s)
+    return bool(ready) and bool(ray.get(ready[0]))
+
+
+def _on_node(func, node_id: str):
+    """``func`` as a Ray task pinned to ``node_id`` (anywhere when empty), with an explicit
+    interpreter: a task inherits its creator's runtime_env, and the controller may itself run
+    under nsys."""
     import sys
 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    local = ""
-    try:
-        local = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    except Exception:
-        local = ""
-    if not node_id or node_id == local:
-        return _send_signal(pid, signum)
-    task = ray.remote(num_cpus=0)(_send_signal).options(
-        runtime_env={"py_executable": sys.executable},
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-    ready, _ = ray.wait([task.remote(pid, signum)], timeout=timeout_s)
-    return bool(ready) and bool(ray.get(ready[0]))
+    options = {"runtime_env": {"py_executable": sys.executable}}
+    if node_id:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return ray.remote(num_cpus=0)(func).options(**options)
 
 
 __all__ = ["alive", "settle_profilers", "settle_on_nodes", "signal_on_node"]

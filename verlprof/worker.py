@@ -29,10 +29,11 @@ from verlprof.annotate import annotate, set_active
 from verlprof.backends import make_capture
 from verlprof.plan import ProcessPlan, Window
 
-__all__ = ["ProfileSession", "ProfilingWorkerMixin", "annotate", "process_identity",
+__all__ = ["ProfileSession", "ProfilingWorkerMixin", "annotate", "node_id", "process_identity",
            "set_active"]
 
 logger = logging.getLogger("verlprof")
+
 
 @dataclass
 class OpenedWindow:
@@ -249,17 +250,19 @@ class ProfilingWorkerMixin:
 
 def process_identity() -> Dict[str, Any]:
     """Host, pid, Ray node id and whether a profiler wraps this process."""
-    node_id = ""
+    profiler = profiler_ancestor()
+    return {"host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id(),
+            "under_profiler": profiler is not None, "profiler_pid": profiler}
+
+
+def node_id() -> str:
+    """This process's Ray node id; "" outside Ray. Best effort: identity never fails a call."""
     try:
         import ray
 
-        if ray.is_initialized():
-            node_id = ray.get_runtime_context().get_node_id()
-    except Exception:  # identity is best effort: never fail a status call over it
-        node_id = ""
-    profiler = profiler_ancestor()
-    return {"host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id,
-            "under_profiler": profiler is not None, "profiler_pid": profiler}
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:
+        return ""
 
 
 def profiler_ancestor() -> Optional[int]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof import nvtx, paths
 from verlprof.backends.base import Capture, entry, never_opened_entries
@@ -55,13 +55,8 @@ class NsysCapture(Capture):
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
 
-    @contextmanager
-    def phase(self, label: str) -> Iterator[None]:
-        handle = self.emitter.range_start(label)
-        try:
-            yield
-        finally:
-            self.emitter.range_end(handle)
+    def phase(self, label: str) -> AbstractContextManager:
+        return nvtx.span(label, self.emitter)
 
     def flush(self, never_opened: Sequence[Window]) -> None:
         """Close the plan out with empty windows.

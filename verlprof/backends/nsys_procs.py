@@ -128,7 +128,8 @@ def _group_members(pgid: int) -> List[int]:
     return out
 
 
-def _signal(pid: int, sig: int) -> bool:
+def send_signal(pid: int, sig: int) -> bool:
+    """Send ``sig`` to ``pid``; False when it is gone or not ours."""
     try:
         os.kill(pid, sig)
         return True
@@ -151,14 +152,13 @@ def terminate_processes(find: Callable[[], Iterable[int]], grace_s: float = DEFA
             break
         for pid in alive:
             if pid not in termed_at:
-                if _signal(pid, signal.SIGTERM):
+                if send_signal(pid, signal.SIGTERM):
                     signalled.add(pid)
                 termed_at[pid] = now
-            elif now - termed_at[pid] >= grace_s and _signal(pid, signal.SIGKILL):
+            elif now - termed_at[pid] >= grace_s and send_signal(pid, signal.SIGKILL):
                 signalled.add(pid)
         time.sleep(0.05)
     return sorted(signalled)
-
 
 
 # ---------------------------------------------------------------------------- orphan agents
