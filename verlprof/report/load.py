@@ -91,8 +91,9 @@ def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
         return []
     progress = progress or Progress.disabled()
     if jobs is None:
-        jobs = (os.cpu_count() or 1) if _work_bytes(tasks) >= POOL_MIN_BYTES else 1
-        if jobs == 1 and _uncached_exports(tasks) > 1:
+        uncached = _uncached(tasks)
+        jobs = (os.cpu_count() or 1) if _bytes(uncached) >= POOL_MIN_BYTES else 1
+        if jobs == 1 and sum(1 for task in uncached if task[2] == "nsys") > 1:
             # small reports: the work is in the `nsys export` child processes, so threads
             # overlap them on every core without a process pool's start-up cost
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as threads:
@@ -128,45 +129,38 @@ def _read_with(executor: Executor, tasks: Sequence[Task],
     return [r for r in results if r is not None]
 
 
-def _uncached_exports(tasks: Sequence[Task]) -> int:
-    """nsys reports whose sqlite export is missing or older than the report."""
+def _uncached(tasks: Sequence[Task]) -> List[Task]:
+    """The tasks with work to do: torch traces, and nsys reports whose sqlite export is
+    missing or older than the report."""
     from verlprof.backends.nsys_cli import sqlite_path_for
 
-    count = 0
+    out = []
     for task in tasks:
-        if task[2] != "nsys":
-            continue
-        cache = sqlite_path_for(task[1])
+        if task[2] == "nsys":
+            try:
+                if os.path.getmtime(sqlite_path_for(task[1])) >= os.path.getmtime(task[1]):
+                    continue
+            except OSError:
+                pass
+        out.append(task)
+    return out
+
+
+def _bytes(tasks: Sequence[Task]) -> int:
+    """Total size of the tasks' input files (those that exist)."""
+    total = 0
+    for task in tasks:
         try:
-            if os.path.getmtime(cache) >= os.path.getmtime(task[1]):
-                continue
+            total += os.path.getsize(task[1])
         except OSError:
-            pass
-        count += 1
-    return count
+            continue
+    return total
 
 
 def _pool_context():
     """``fork`` when this process has a single thread (fast, nothing re-imported; the CLI),
     else ``spawn`` (forking a process with threads, e.g. after Ray started, can deadlock)."""
     return get_context("fork" if threading.active_count() == 1 else "spawn")
-
-
-def _work_bytes(tasks: Sequence[Task]) -> int:
-    from verlprof.backends.nsys_cli import sqlite_path_for
-
-    total = 0
-    for _, path, backend, _, _ in tasks:
-        try:
-            size, mtime = os.path.getsize(path), os.path.getmtime(path)
-            if backend == "nsys":
-                cached = sqlite_path_for(path)
-                if os.path.isfile(cached) and os.path.getmtime(cached) >= mtime:
-                    continue
-            total += size
-        except OSError:
-            continue
-    return total
 
 
 def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
