@@ -84,7 +84,7 @@ class RankCalls:
         now = time.monotonic()
         waited = [r for r, t in refs.items() if wait_busy or t not in self.busy]
         for ref, target in refs.items():
-            if ref not in waited:
+            if not wait_busy and target in self.busy:
                 first_method, _, since = self.busy[target]
                 self.busy[target] = (first_method, ref, since)
                 errors.append((target, f"{method} not awaited: still busy since {first_method} "
@@ -101,7 +101,6 @@ class RankCalls:
                 why = describe_error(err)
                 if _is_death(err):
                     self.failed[target] = why
-                    self.busy.pop(target, None)
                 errors.append((target, f"{method} failed: {why}"))
         for ref in late:
             target = refs[ref]

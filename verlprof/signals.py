@@ -37,6 +37,7 @@ class SignalGuard:
 
     def __init__(self) -> None:
         self.previous: Dict[int, Any] = {}
+        self._previous_after_restore: Dict[int, Any] = {}
         self.received: Optional[int] = None
         self._shield = 0
         self._held = 0
@@ -91,7 +92,7 @@ class SignalGuard:
     def pass_on(self) -> None:
         """After finalising: act on the signal received as its previous handler would."""
         signum, self.received = self.received, None
-        previous = getattr(self, "_previous_after_restore", {})
+        previous = self._previous_after_restore
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         if signum == signal.SIGTERM:
