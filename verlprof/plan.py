@@ -34,7 +34,6 @@ PHASE_ORDER = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob",
 """The order phases run in within a PPO step (plan listings follow it)."""
 
 
-
 @dataclass(frozen=True)
 class Report:
     """One report the plan expects to exist when the run ends."""

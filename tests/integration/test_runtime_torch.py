@@ -54,7 +54,7 @@ def test_worker_class_shipped_by_value_records_its_phases(ray_cluster, tmp_path)
     recorded once its window opens."""
     import ray
 
-    from tests.faults import light
+    from tests.faults import harness, light
     from verlprof.worker import ProfilingWorkerMixin, annotate
 
     class ScriptWorker(ProfilingWorkerMixin):
@@ -63,12 +63,7 @@ def test_worker_class_shipped_by_value_records_its_phases(ray_cluster, tmp_path)
             return sum(batch)
 
     out = str(tmp_path)
-    plan = light.make_plan(out, [
-        "trainer.profiler.tool=torch", "trainer.total_training_steps=1",
-        "trainer.profile_steps=[1]", "trainer.n_gpus_per_node=1",
-        "actor_rollout_ref.actor.profile_ranks=[0]",
-        "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
-        "reward_model.enable=false"])
+    plan = light.make_plan(out, [*harness.SMALLEST, "trainer.profiler.tool=torch"])
     controller = light.controller_for(plan)
     actors = [ray.remote(num_cpus=0)(ScriptWorker).remote()]
     controller.register_group("actor_rollout_ref", actors)

@@ -21,7 +21,7 @@ from verlprof.report.timeline import TimelineData
 WIDTH_PX = 1650
 LANE_PX = 37
 """Height of one lane; a bar fills 72% of it, a capture window 92%."""
-FONT_PT = {"title": 17, "label": 14, "small": 12}
+FONT_PX = {"title": 17, "label": 14, "small": 12}
 """Font sizes in pixels."""
 FONT_FILES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
               "/usr/share/fonts/TTF/DejaVuSans.ttf")
@@ -33,7 +33,7 @@ INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#eee
 def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:
     from PIL import Image, ImageDraw
 
-    fonts = {name: _font(size) for name, size in FONT_PT.items()}
+    fonts = {name: _font(size) for name, size in FONT_PX.items()}
     lanes = max(1, len(data.lanes))
     legend = _legend_entries(data)
     columns = min(5, max(1, len(legend)))
