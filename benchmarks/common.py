@@ -123,7 +123,7 @@ def machine() -> Dict[str, str]:
             info[module] = __import__(module).__version__
         except Exception as err:  # noqa: BLE001 - a version line must never stop the run
             info[module] = f"unavailable ({type(err).__name__})"
-    from verlprof.backends.nsys_cli import find_nsys, nsys_version
+    from verlprof.backends.nsys.cli import find_nsys, nsys_version
 
     exe = find_nsys()
     info["nsys"] = (nsys_version(exe) or "does not run") if exe else "not installed"

@@ -136,7 +136,7 @@ def run_once(on: bool, steps: int, output_dir: str) -> DemoRun:
 
 def read_times(who: Dict[Any, Dict[str, Any]], rank: int) -> List[tuple]:
     """(wall ns, CPU ns) per step of ``rank`` of the hybrid group (``who``: identities by
-    (group, rank), from ``profile_status``)."""
+    (group, rank), from ``verlprof_status``)."""
     path = os.path.join(TIMES_DIR, f"rank{rank}_{who[(GROUP, rank)]['pid']}.txt")
     if not os.path.exists(path):
         return []

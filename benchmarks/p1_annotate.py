@@ -37,15 +37,15 @@ class Worker(ProfilingWorkerMixin):
 def configured_worker(tmp: str) -> Worker:
     """A selected rank between windows: configured (torch, discrete), started, stopped."""
     from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
+    from verlprof.config.topology import Topology
     from verlprof.plan import build_plan
-    from verlprof.topology import Topology
 
     cfg = ProfilingConfig(steps=(1,), tool="torch", output_dir=tmp, components=ComponentsConfig(
         actor=ComponentConfig((0,), False, True)))
     plan = build_plan(cfg, Topology.of({"actor_rollout_ref": 1}, cuda=False))
     worker = Worker()
     worker.verlprof_configure(plan.process("actor_rollout_ref", 0))
-    assert worker.start_profile((1,)) == "started" and worker.stop_profile((1,)) == "stopped"
+    assert worker.verlprof_start((1,)) == "started" and worker.verlprof_stop((1,)) == "stopped"
     return worker
 
 

@@ -1,13 +1,14 @@
 """P2: the controller's start+stop fan-out to N worker actors vs a bare Ray no-op fan-out.
 
 Real Ray actors mixing in :class:`~verlprof.worker.ProfilingWorkerMixin`, the real
-:class:`~verlprof.controller.ProfileController` with a torch-backend plan in discrete mode: a
-``with controller.step(s)`` that holds no phase call is exactly one ``start_profile`` fan-out
-(each worker's session arms step ``s``) and one ``stop_profile`` fan-out (it disarms), the
+:class:`~verlprof.runtime.controller.ProfileController` with a torch-backend plan in discrete
+mode: a ``with controller.step(s)`` that holds no phase call is exactly one ``verlprof_start``
+fan-out
+(each worker's session arms step ``s``) and one ``verlprof_stop`` fan-out (it disarms), the
 control cost that every profiled step pays, without the profiler's own capture work. The bare
 side is two ``ray.get([actor.noop.remote() ...])`` to the same actors. Each N has its own pool
 of N actors and its own controller (one controller drives a worker: it mirrors which window
-each worker opens next, and sends ``start_profile()`` without an argument when that is the
+each worker opens next, and sends ``verlprof_start()`` without an argument when that is the
 window it means). Rounds cycle N and interleave A/B; medians.
 """
 
@@ -33,8 +34,8 @@ class FanoutWorker(ProfilingWorkerMixin):
 
 def make_plan(n: int, steps: int, output_dir: str):
     from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
+    from verlprof.config.topology import Topology
     from verlprof.plan import build_plan
-    from verlprof.topology import Topology
 
     cfg = ProfilingConfig(steps=tuple(range(1, steps + 1)), tool="torch", output_dir=output_dir,
                           components=ComponentsConfig(actor=ComponentConfig(
@@ -45,7 +46,7 @@ def make_plan(n: int, steps: int, output_dir: str):
 def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Result]:
     import ray
 
-    from verlprof.controller import ProfileController
+    from verlprof.runtime.controller import ProfileController
 
     out = tempfile.mkdtemp(prefix="verlprof-bench-p2-")
     started = not ray.is_initialized()
@@ -87,7 +88,7 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
                     value = verlprof_side(n, r + 2) if side == "verlprof" else bare_side(n)
                     times[n][side].append(value)
         every = [a for pool in pools.values() for a in pool]
-        statuses = ray.get([a.profile_status.remote() for a in every])
+        statuses = ray.get([a.verlprof_status.remote() for a in every])
         for actor in every:
             ray.kill(actor)
     finally:
@@ -105,7 +106,7 @@ def _result(times, statuses, sizes) -> List[Result]:
              if med[hi][1] > med[lo][1] else float("nan"))
     details = [f"N={n:2d}: start+stop {spread(times[n]['verlprof'])}; bare 2x no-op "
                f"{spread(times[n]['bare'])}; ratio {ratios[n]:.3f}x" for n in sizes]
-    armed = sum(1 for s in statuses if s.get("armed"))
+    armed = sum(1 for s in statuses if s.armed)
     details.append(f"{len(statuses)} actors, every start stopped (left armed: {armed})")
     growth = [f"ratio by N: {', '.join(f'{n}: {ratios[n]:.3f}x' for n in sizes)}",
               f"N {lo}->{hi}: verlprof +{(med[hi][0] - med[lo][0]) / 1e6:.2f} ms, bare "

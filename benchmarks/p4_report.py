@@ -118,7 +118,7 @@ def run_report(output_dir: str, extra: Sequence[str], notes: Dict[str, str]) -> 
 
 
 def export_all(reports: Sequence[str], jobs: int) -> None:
-    from verlprof.backends.nsys_cli import find_nsys
+    from verlprof.backends.nsys.cli import find_nsys
 
     exe = find_nsys() or "nsys"
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,7 @@ NSYS_SAFE_OPTS = ["--sample=none", "--cpuctxsw=none"]
 def require_nsys() -> str:
     """Path of a working nsys. Skips the test when there is none, except under ``CI=true``,
     where a missing nsys is a failure (CI must install it: see NSYS_ON_CPU.md)."""
-    from verlprof.backends.nsys_cli import find_nsys, nsys_version
+    from verlprof.backends.nsys.cli import find_nsys, nsys_version
 
     exe = find_nsys()
     version = nsys_version(exe) if exe else None
@@ -35,7 +35,7 @@ def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:
     """
     import time
 
-    from verlprof.backends.nsys_cli import list_agents, orphan_agents
+    from verlprof.backends.nsys.cli import list_agents, orphan_agents
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and [a for a in list_agents() if a.pid not in before]:

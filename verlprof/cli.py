@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    from verlprof.signals import ProfilingTerminated
+    from verlprof.runtime.signals import ProfilingTerminated
 
     try:
         return _dispatch(args)
@@ -124,7 +124,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.json:
             print(plan.to_json())
             return 0
-        from verlprof.plan_render import render_plan
+        from verlprof.plan.render import render_plan
 
         render_plan(plan)
         for warning in loaded.warnings:

@@ -17,12 +17,18 @@ from typing import Any, Dict, List, Optional, Tuple
 import dacite
 
 from verlprof import paths
+from verlprof.records import (  # noqa: F401 - the statuses are part of this contract
+    STATUS_INCOMPLETE,
+    STATUS_MISSING,
+    STATUS_OK,
+    STATUSES,
+    ReportIdentity,
+    Status,
+    Tool,
+    Transfer,
+)
 
 MANIFEST_FORMAT = 1
-STATUS_OK = "ok"
-STATUS_MISSING = "missing"
-STATUS_INCOMPLETE = "incomplete"
-STATUSES = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,11 @@ class ReportEntry:
     """Rank in the group (0 for the controller)."""
     component: str
     """Path component: the group for whole-step reports, ``<role>.<phase>`` for discrete."""
-    backend: str
+    backend: Tool
     """``nsys``, ``torch`` or ``rocprof_sys``."""
     path: str
     """Path relative to output_dir (the planned one, even when the report is missing)."""
-    status: str
+    status: Status
     """``ok``, ``missing`` or ``incomplete``."""
     role: Optional[str] = None
     """Role whose phase opened the window (discrete reports)."""
@@ -61,9 +67,26 @@ class ReportEntry:
     """Wall-clock time (ns since the epoch) the window opened, as seen by the process."""
     window_end_ns: Optional[int] = None
     """Wall-clock time (ns since the epoch) the window closed."""
-    transfer: Optional[str] = None
+    transfer: Optional[Transfer] = None
     """How the file reached output_dir: ``rename`` (same node), ``ray`` (sent over Ray), or
     ``direct`` (written in place)."""
+    roles: Tuple[str, ...] = ()
+    """Roles whose phases the report holds (manifests before this field: empty)."""
+
+    @property
+    def identity(self) -> ReportIdentity:
+        """The report's identity, as the plan and the worker knew it."""
+        return ReportIdentity(steps=self.steps, group=self.group, rank=self.rank,
+                              component=self.component, backend=self.backend, path=self.path,
+                              role=self.role, phase=self.phase, roles=self.roles)
+
+    @classmethod
+    def of(cls, report: ReportIdentity, **outcome: Any) -> ReportEntry:
+        """The entry of ``report`` with what became of it (status, host, bytes, ...)."""
+        fields = {f: getattr(report, f) for f in ("steps", "group", "rank", "component",
+                                                   "backend", "path", "role", "phase", "roles")}
+        fields.update(outcome)
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -83,7 +106,7 @@ class ProcessInfo:
 class Manifest:
     """Everything collected in one run."""
 
-    tool: str
+    tool: Tool
     """Backend of the run."""
     output_dir: str
     """Absolute output directory at collection time."""
@@ -108,7 +131,7 @@ class Manifest:
     verlprof_version: str = ""
     """verlprof version that wrote it."""
 
-    def by_status(self, status: str) -> List[ReportEntry]:
+    def by_status(self, status: Status) -> List[ReportEntry]:
         """Entries with ``status``."""
         return [r for r in self.reports if r.status == status]
 

@@ -13,8 +13,8 @@ from tests.docs import snippets
 from tests.docs.test_snippets import DEMO_OUTPUT, FIXTURE
 from tests.helpers import require_nsys
 from verlprof.manifest import ReportEntry
-from verlprof.progress import Progress
 from verlprof.report.next_steps import PERFETTO_URL, next_steps
+from verlprof.report.progress import Progress
 
 PPO = os.path.join(snippets.ROOT, "trainer_configs", "ppo_trainer.yaml")
 

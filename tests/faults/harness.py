@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from verlprof.backends.nsys_cli import list_agents
+from verlprof.backends.nsys.cli import list_agents
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "trainer_configs" / "ppo_trainer.yaml")
@@ -209,7 +209,7 @@ def check_reports(output_dir: str, entries: Iterable[dict]) -> int:
     (or, for torch traces, as gzip JSON). Returns how many were checked."""
     import gzip
 
-    from verlprof.backends.nsys_cli import export_sqlite
+    from verlprof.backends.nsys.cli import export_sqlite
 
     checked = 0
     for entry in entries:

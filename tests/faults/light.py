@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import ray
 
-from verlprof.controller import ProfileController
-from verlprof.launch import worker_options
 from verlprof.plan import ProfilePlan
+from verlprof.runtime.controller import ProfileController
+from verlprof.runtime.launch import worker_options
 from verlprof.worker import ProfilingWorkerMixin, annotate, process_identity
 
 
@@ -131,11 +131,11 @@ def controller_for(plan: ProfilePlan, **kwargs: Any) -> ProfileController:
 
 
 def statuses(actors: Sequence[Any], timeout_s: float = 60.0) -> List[Optional[Dict[str, Any]]]:
-    """profile_status of each actor (None for a dead one)."""
+    """verlprof_status of each actor (None for a dead one)."""
     out: List[Optional[Dict[str, Any]]] = []
     for actor in actors:
         try:
-            out.append(ray.get(actor.profile_status.remote(), timeout=timeout_s))
+            out.append(ray.get(actor.verlprof_status.remote(), timeout=timeout_s))
         except Exception:
             out.append(None)
     return out

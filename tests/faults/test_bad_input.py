@@ -21,8 +21,8 @@ from tests.faults import harness
 from verlprof import paths
 from verlprof.config import config_from_dict
 from verlprof.errors import ConfigError
-from verlprof.launch import wrapped_executable
 from verlprof.plan import build_plan
+from verlprof.runtime.launch import wrapped_executable
 
 NASTY = ["a b", " lead", "trail ", "'", '"', "'\"'", ";", "; rm -rf /", "$(touch {pwn})",
          "`touch {pwn}`", "$HOME", "${HOME}", "a\nb", "\n", "\t", "\\", "\\'", "*", "?", "~",
@@ -180,7 +180,7 @@ def test_path_builders_make_single_safe_segments(scratch, group, role, phase, ra
 def test_collection_never_writes_outside(scratch, relpath):
     """A worker's entry with a hostile path (a bug, or a compromised worker) is refused:
     the report is marked missing and nothing lands outside output_dir."""
-    from verlprof.collect import move_report
+    from verlprof.runtime.collect import move_report
 
     harness.COUNTS["property_examples"] += 1
     out = scratch / "collect"
@@ -254,7 +254,7 @@ def test_real_nsys_capture_into_a_hostile_directory(tmp_path, no_leftovers):
     """A real nsys capture launched exactly as Ray would (bash -c, py_executable) into an
     output_dir full of shell syntax: the report lands in its planned place, nothing runs."""
     from tests.helpers import require_nsys
-    from verlprof.backends.nsys_cli import wait_for_reports
+    from verlprof.backends.nsys.cli import wait_for_reports
 
     require_nsys()
     pwn = str(tmp_path / "pwned")
@@ -268,7 +268,7 @@ def test_real_nsys_capture_into_a_hostile_directory(tmp_path, no_leftovers):
     plan = build_plan(loaded.profiling, loaded.topology)
     process = plan.processes[0]
     os.makedirs(process.raw_dir)
-    app = ("from verlprof import nvtx; handle = nvtx.capture_open(); "
+    app = ("from verlprof.backends.nsys import nvtx; handle = nvtx.capture_open(); "
            "nvtx.capture_close(handle)")
     cmd = " ".join(["exec", wrapped_executable(process.launch_argv), "-c", shlex.quote(app)])
     env = dict(os.environ, **process.launch_env)

@@ -13,6 +13,7 @@ import ray
 
 from tests.faults import harness, light
 from tests.integration.runtime_helpers import nvtx_names
+from verlprof.records import ProcessIdentity, SessionStatus
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ def test_repeated_backwards_and_late_steps_real_nsys(ray_cluster, tmp_path):
     worker = actors[0]
 
     def opened():
-        return light.statuses(actors)[0]["opened"]
+        return light.statuses(actors)[0].opened
 
     def run(step):
         with controller.step(step):
@@ -39,26 +40,26 @@ def test_repeated_backwards_and_late_steps_real_nsys(ray_cluster, tmp_path):
 
     try:
         controller.stop_all()  # stop without start: nothing happens
-        assert ray.get(worker.stop_profile.remote()) == "not-started"
+        assert ray.get(worker.verlprof_stop.remote()) == "not-started"
         run(1)  # not planned
         assert opened() == 0
         with controller.step(2):
             light.step_work(actors)
-            assert ray.get(worker.start_profile.remote((2,))) == "already-started"
-        assert opened() == 1 and light.statuses(actors)[0]["open_window"] is None
+            assert ray.get(worker.verlprof_start.remote((2,))) == "already-started"
+        assert opened() == 1 and light.statuses(actors)[0].open_window is None
         run(2)  # the same step again (a retry): not recaptured
-        assert ray.get(worker.start_profile.remote((2,))) == "not-planned"
+        assert ray.get(worker.verlprof_start.remote((2,))) == "not-planned"
         run(3)
         run(2)  # a checkpoint resume: backwards
         run(3)
         run(9)  # after the last window
         assert opened() == 2
-        assert ray.get(worker.stop_profile.remote((3,))) == "not-started"
+        assert ray.get(worker.verlprof_stop.remote((3,))) == "not-started"
         first = controller.finalize()
         assert controller.finalize() is first  # twice: the same manifest
         run(3)  # after finalize: nothing (no RPC at all)
-        assert ray.get(worker.start_profile.remote((3,))) == "finalized"
-        assert light.statuses(actors)[0]["opened"] == 2
+        assert ray.get(worker.verlprof_start.remote((3,))) == "finalized"
+        assert light.statuses(actors)[0].opened == 2
     finally:
         light.shutdown(controller, actors)
     manifest = first.to_dict()
@@ -88,7 +89,7 @@ def test_jumps_and_backward_steps_open_exactly_the_window_meant(ray_cluster, tmp
         for step in (1, 2, 5, 3, 4, 6, 5, 2):
             with controller.step(step):
                 light.step_work(actors)
-                seen.append((step, [s["open_window"] and s["open_window"].split("/")[0]
+                seen.append((step, [s.open_window and s.open_window.split("/")[0]
                                     for s in light.statuses(actors)]))
         manifest = controller.finalize()
     finally:
@@ -114,9 +115,11 @@ class _Recorder:
             @staticmethod
             def remote(*args):
                 recorder.calls.append((recorder.rank, method, *args))
-                value = {"pid": 0, "next": recorder.next_window} \
+                value = SessionStatus(
+                    identity=ProcessIdentity(host="", pid=0), configured=True,
+                    next=tuple(recorder.next_window) if recorder.next_window else None) \
                     if method == "verlprof_configure" else (
-                    [] if method == "finalize_profiles" else "ok")
+                    [] if method == "verlprof_finalize" else "ok")
                 return ray.put(value)
 
         return _Method
@@ -146,11 +149,11 @@ def test_a_step_outside_the_open_window_closes_it(ray_cluster, tmp_path):
     controller, calls = _controller(tmp_path, "[1,2,3,5]", continuous=True)
     with controller.step(1):
         pass
-    assert _rpcs(calls) == [("start_profile", (1, 2, 3))]
+    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3))]
     with controller.step(5):
         pass
-    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile",),
-                            ("start_profile",), ("stop_profile",)]  # (5,) follows (1, 2, 3)
+    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3)), ("verlprof_stop",),
+                            ("verlprof_start",), ("verlprof_stop",)]  # (5,) follows (1, 2, 3)
     calls.clear()
     for step in (2, 3, 1, 5):  # backwards after a resume: nothing reopens
         with controller.step(step):
@@ -159,15 +162,15 @@ def test_a_step_outside_the_open_window_closes_it(ray_cluster, tmp_path):
 
 
 def test_consecutive_windows_are_started_without_an_argument(ray_cluster, tmp_path):
-    """A worker whose next window is the one meant gets ``start_profile()`` (Ray serialises
+    """A worker whose next window is the one meant gets ``verlprof_start()`` (Ray serialises
     every argument: benchmarks/p2_fanout.py); after a jump the window is named."""
     controller, calls = _controller(tmp_path, "[1,2,5,6]", next_window=[1])
     for step in (1, 2, 3, 6, 5):
         with controller.step(step):
             pass
-    assert _rpcs(calls) == [("start_profile",), ("stop_profile",), ("start_profile",),
-                            ("stop_profile",), ("start_profile", (6,)), ("stop_profile",),
-                            ("start_profile", (5,)), ("stop_profile",)]
+    assert _rpcs(calls) == [("verlprof_start",), ("verlprof_stop",), ("verlprof_start",),
+                            ("verlprof_stop",), ("verlprof_start", (6,)), ("verlprof_stop",),
+                            ("verlprof_start", (5,)), ("verlprof_stop",)]
 
 
 def test_steps_going_backwards_inside_an_open_window(ray_cluster, tmp_path):
@@ -175,7 +178,7 @@ def test_steps_going_backwards_inside_an_open_window(ray_cluster, tmp_path):
     for step in (1, 2, 1, 2, 3):  # still inside [1-3]: the window stays open until step 3
         with controller.step(step):
             pass
-    assert _rpcs(calls) == [("start_profile", (1, 2, 3)), ("stop_profile",)]
+    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3)), ("verlprof_stop",)]
 
 
 def test_exception_then_retry_of_the_same_step(ray_cluster, tmp_path):
@@ -184,8 +187,8 @@ def test_exception_then_retry_of_the_same_step(ray_cluster, tmp_path):
         raise ValueError("the step failed")
     with controller.step(2):  # the retry records nothing new
         pass
-    assert _rpcs(calls) == [("start_profile", (2,)), ("stop_profile",)]
+    assert _rpcs(calls) == [("verlprof_start", (2,)), ("verlprof_stop",)]
     controller.finalize()
     with controller.step(2):
         pass
-    assert _rpcs(calls)[-1] == ("finalize_profiles", 30.0)
+    assert _rpcs(calls)[-1] == ("verlprof_finalize", 30.0)

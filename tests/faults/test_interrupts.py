@@ -55,7 +55,7 @@ def test_exception_in_a_profiled_step(ray_cluster, tmp_path):
                 controller.step(1):
             light.step_work(actors)
             ray.get([actors[0].fail.remote("planted"), actors[1].update_actor.remote()])
-        assert all(s["open_window"] is None and s["finalized"] for s in light.statuses(actors))
+        assert all(s.open_window is None and s.finalized for s in light.statuses(actors))
         manifest = harness.read_manifest(str(tmp_path))
     finally:
         light.shutdown(controller, actors)
@@ -68,11 +68,11 @@ def test_keyboard_interrupt_of_the_controller(ray_cluster, tmp_path):
     try:
         with pytest.raises(KeyboardInterrupt), controller, controller.step(1):
             light.step_work(actors)
-            assert [s["open_window"] is not None for s in light.statuses(actors)] == [1, 1]
+            assert [s.open_window is not None for s in light.statuses(actors)] == [1, 1]
             signal.raise_signal(signal.SIGINT)
             pytest.fail("SIGINT did not interrupt")
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
-        assert all(s["open_window"] is None and s["finalized"] for s in light.statuses(actors))
+        assert all(s.open_window is None and s.finalized for s in light.statuses(actors))
         manifest = controller.finalize().to_dict()  # the one written on the way out
     finally:
         light.shutdown(controller, actors)
@@ -96,7 +96,7 @@ def test_sigterm_of_the_controller_process(ray_cluster, tmp_path):
             pytest.fail("SIGTERM did not interrupt")
         assert info.value.code == 143
         assert received == [signal.SIGTERM]  # passed on after finalising
-        assert all(s["open_window"] is None and s["finalized"] for s in light.statuses(actors))
+        assert all(s.open_window is None and s.finalized for s in light.statuses(actors))
         manifest = controller.finalize().to_dict()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.faults import harness
 from verlprof.errors import ConfigError, ProfilingRuntimeError
-from verlprof.preflight import preflight
+from verlprof.runtime.preflight import preflight
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +160,7 @@ def test_nsys_that_hangs_is_bounded(tmp_path):
 def test_real_nsys_with_a_hanging_app_leaves_no_agent(nsys, tmp_path):
     """Real nsys whose application hangs: the bounded dry run ends nsys, the application and
     the ``--start-agent`` it spawned."""
-    from verlprof.backends.nsys_cli import dry_run
+    from verlprof.backends.nsys.cli import dry_run
 
     _, plan = _plan(tmp_path)
     argv = list(plan.processes[0].launch_argv)

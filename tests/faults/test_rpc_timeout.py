@@ -24,7 +24,7 @@ PLAN = ["trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
         "critic.enable=false", "reward_model.enable=false"]
 TIMEOUT = 5.0
 """Above what a start or stop takes on a loaded 2-core machine (nsys blocks ~1 s in each)."""
-LATE = (f"actor_rollout_ref rank 1: start_profile did not answer within {TIMEOUT:g}s "
+LATE = (f"actor_rollout_ref rank 1: verlprof_start did not answer within {TIMEOUT:g}s "
         "(busy in a long call, or hung)")
 
 
@@ -61,8 +61,8 @@ def test_start_times_out_raise_policy(ray_cluster, tmp_path):
         release.touch()
         ray.get(busy)
         # once free, rank 1 ran its queued start and stop in order: not capturing
-        assert [s["open_window"] for s in light.statuses(actors)] == [None, None]
-        assert [s["opened"] for s in light.statuses(actors)] == [1, 1]
+        assert [s.open_window for s in light.statuses(actors)] == [None, None]
+        assert [s.opened for s in light.statuses(actors)] == [1, 1]
         manifest = controller.finalize().to_dict()
     finally:
         release.touch()
@@ -99,6 +99,6 @@ def test_stuck_rank_continue_policy_and_bounded_finalize(ray_cluster, tmp_path):
     status = harness.by_status(manifest)
     assert sorted((e["rank"], tuple(e["steps"])) for e in status["ok"]) == [(0, (1,)), (0, (2,))]
     reasons = {e["reason"] for e in status["missing"] if e["rank"] == 1}
-    assert reasons == {"finalize_profiles did not answer within 7.2s (busy in a long call, "
+    assert reasons == {"verlprof_finalize did not answer within 7.2s (busy in a long call, "
                        "or hung); 2 uncollected file(s) left in .raw/actor_rollout_ref/rank1"}
     assert harness.check_reports(str(tmp_path / "out"), manifest["reports"]) == 2

@@ -71,11 +71,11 @@ def test_rank_killed_with_raise_policy_stops_training_naming_rank(ray_cluster, t
             ray.wait([actors[1].ready.remote()], timeout=30)  # until the death is known
         err = info.value
         assert (err.group, err.rank) == ("actor_rollout_ref", 1)
-        assert str(err).startswith("actor_rollout_ref rank 1: stop_profile failed: worker "
+        assert str(err).startswith("actor_rollout_ref rank 1: verlprof_stop failed: worker "
                                    "process died")
         assert "\n" not in str(err)
         assert controller.failed_ranks.keys() == {("actor_rollout_ref", 1)}
-        assert light.statuses(actors[:1])[0]["open_window"] is None  # rank 0 not capturing
+        assert light.statuses(actors[:1])[0].open_window is None  # rank 0 not capturing
         manifest = controller.finalize().to_dict()
     finally:
         light.shutdown(controller, actors)

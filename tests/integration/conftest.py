@@ -12,7 +12,7 @@ def ray_cluster():
     """A local Ray cluster for the module; on teardown, no nsys agent may be left orphaned."""
     import ray
 
-    from verlprof.backends.nsys_cli import list_agents
+    from verlprof.backends.nsys.cli import list_agents
 
     before = {a.pid for a in list_agents()}
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",

@@ -51,8 +51,8 @@ def nvtx_names(report: str) -> Dict[str, int]:
     """Ranges in domain verlprof, by name, read straight from the sqlite export."""
     import sqlite3
 
-    from verlprof.backends.nsys_cli import export_sqlite
-    from verlprof.nvtx import CAPTURE_RANGE
+    from verlprof.backends.nsys.cli import export_sqlite
+    from verlprof.backends.nsys.nvtx import CAPTURE_RANGE
 
     db = sqlite3.connect(str(export_sqlite(report, timeout_s=120)))
     try:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import NSYS_SAFE_OPTS, require_nsys
-from verlprof.backends import nsys_cli
-from verlprof.backends.nsys_cli import (
+from verlprof.backends.nsys import cli as nsys_cli
+from verlprof.backends.nsys.cli import (
     NsysExportError,
     dry_run,
     export_sqlite,
@@ -30,8 +30,8 @@ from verlprof.backends.nsys_cli import (
     run_nsys,
     wait_for_reports,
 )
-from verlprof.nvtx import CAPTURE_RANGE, NVTX_DOMAIN, nvtx_library_candidates
-from verlprof.report.nsys_sqlite import (
+from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN, nvtx_library_candidates
+from verlprof.backends.nsys.sqlite import (
     ReportReadError,
     read_cuda_kernels,
     read_memcpy,

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import run_case
-from verlprof.backends.nsys_cli import export_sqlite
+from verlprof.backends.nsys.cli import export_sqlite
 from verlprof.report import summarize
 
 pytestmark = pytest.mark.integration

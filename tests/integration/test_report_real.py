@@ -43,7 +43,7 @@ def _read(path, mode="r"):
 
 
 def _nsys_run(exe, out_prefix, args, windows, log_path):
-    from verlprof.backends.nsys_cli import run_nsys
+    from verlprof.backends.nsys.cli import run_nsys
 
     argv = [exe, "profile", "-t", "nvtx,osrt", *NSYS_SAFE_OPTS, "-c", "nvtx",
             "-p", "VERLPROF_CAPTURE@verlprof", f"--capture-range-end=repeat:{windows}",
@@ -145,7 +145,7 @@ def _sql_ranges(sqlite_path):
 
 
 def test_phase_times_equal_the_nvtx_ranges_in_the_sqlite(nsys_run):
-    from verlprof.backends.nsys_cli import sqlite_path_for
+    from verlprof.backends.nsys.cli import sqlite_path_for
 
     summary, out = nsys_run["summary"], nsys_run["out"]
     checked = 0

@@ -2,7 +2,7 @@
 
 Trees use the real vocabulary (every section and key of every layout) mixed with junk keys,
 and values of every YAML type, including valid-looking ones so the readers get deep. Configs
-that load are also fed to :func:`verlprof.plan.build_plan` under the same property.
+that load are also fed to :func:`verlprof.plan.build.build_plan` under the same property.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def test_no_override_warning_when_yaml_selects_nothing():
 
 
 def test_worker_names():
-    from verlprof.topology import Topology
+    from verlprof.config.topology import Topology
 
     topo = Topology.of({"actor_rollout_ref": 2, "critic": 1})
     assert ne.worker_names(topo) == {

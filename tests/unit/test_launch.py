@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, NsysConfig, ProfilingConfig
-from verlprof.launch import controller_options, worker_options, wrapped_executable
+from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.topology import Topology
+from verlprof.runtime.launch import controller_options, worker_options, wrapped_executable
 
 TOPO = Topology.of({"actor_rollout_ref": 2, "critic": 1}, cuda=False)
 

@@ -1,10 +1,11 @@
-"""Pure helpers of verlprof.backends.nsys_cli (no nsys needed)."""
+"""Pure helpers of verlprof.backends.nsys.cli (no nsys needed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from verlprof.backends import nsys_cli, nsys_procs
+from verlprof.backends.nsys import cli as nsys_cli
+from verlprof.backends.nsys import procs as nsys_procs
 
 
 def test_parse_version():

@@ -1,4 +1,4 @@
-"""verlprof.nvtx outside a profiler: the null emitter, the cache, the switches."""
+"""verlprof.backends.nsys.nvtx outside a profiler: the null emitter, the cache, the switches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from verlprof import nvtx as vnvtx
+from verlprof.backends.nsys import nvtx as vnvtx
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_injection_variable_selects_a_real_emitter():
     """In a child process (NVTX initialises once per process): the variable set to a library
     that does not exist gives a real emitter whose calls are harmless."""
     code = (
-        "from verlprof import nvtx as v\n"
+        "from verlprof.backends.nsys import nvtx as v\n"
         "import threading\n"
         "em = v.get_emitter()\n"
         "assert em.enabled and isinstance(em, v.NvtxEmitter), em\n"

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from verlprof.config.options import merge_options, render_options, validate_options
 from verlprof.errors import ConfigError
-from verlprof.options import merge_options, render_options, validate_options
 
 
 def test_short_long_flags_and_booleans():

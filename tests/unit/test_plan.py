@@ -14,9 +14,9 @@ from verlprof.config.schema import (
     RocprofSysConfig,
     TorchProfilerConfig,
 )
+from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan, group_step_windows
-from verlprof.topology import Topology
 
 CPU = Topology.of({"actor_rollout_ref": 2, "critic": 2, "rm": 1}, cuda=False)
 GPU4 = Topology.of({"actor_rollout_ref": 4, "critic": 4, "rm": 1}, cuda=True)

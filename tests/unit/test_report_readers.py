@@ -8,9 +8,9 @@ import gzip
 import json
 import sqlite3
 
-from verlprof.report.attribute import attribute
-from verlprof.report.read_nsys import read_nsys_report, read_nsys_sqlite
-from verlprof.report.read_torch import read_torch_trace
+from verlprof.backends.nsys.read import read_nsys_report, read_nsys_sqlite
+from verlprof.backends.reading import attribute
+from verlprof.backends.torch.read import read_torch_trace
 
 MS = 1_000_000
 T0 = 1_790_000_000 * 10**9
@@ -175,7 +175,7 @@ def test_broken_torch_traces(tmp_path):
 
 
 def test_read_only_report_dir_exports_to_a_temp_cache(tmp_path, monkeypatch):
-    from verlprof.report import read_nsys
+    from verlprof.backends.nsys import read as read_nsys
 
     report = tmp_path / "r.nsys-rep"
     report.write_bytes(b"x")

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
+from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.topology import Topology
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
 TOPO = Topology.of({"actor_rollout_ref": 1, "critic": 1}, cuda=False)
@@ -54,27 +54,27 @@ def trace_names(path):
 def test_unconfigured_worker_runs_methods_unchanged():
     worker = Worker()
     assert worker.update_actor(3) == 6
-    assert worker.start_profile((1,)) == "not-configured"
-    assert worker.finalize_profiles() == []
+    assert worker.verlprof_start((1,)) == "not-configured"
+    assert worker.verlprof_finalize() == []
     assert worker.update_actor.__verlprof_phase__ == ("actor", "update_actor")
     assert worker.helper.__verlprof_phase__ == ("actor", "custom_phase")
 
 
 def test_whole_step_windows_with_idempotent_start_stop(tmp_path):
     plan, worker = make(tmp_path)
-    assert worker.stop_profile((1,)) == "not-started"
-    assert worker.start_profile((1,)) == "started"
-    assert worker.start_profile((1,)) == "already-started"
+    assert worker.verlprof_stop((1,)) == "not-started"
+    assert worker.verlprof_start((1,)) == "started"
+    assert worker.verlprof_start((1,)) == "already-started"
     worker.generate_sequences(1)
     worker.update_actor(2)
-    assert worker.stop_profile((1,)) == "stopped"
-    assert worker.stop_profile((1,)) == "not-started"
+    assert worker.verlprof_stop((1,)) == "stopped"
+    assert worker.verlprof_stop((1,)) == "not-started"
     worker.update_actor(5)  # outside any window: not recorded
-    assert worker.start_profile((1,)) == "not-planned"  # a window opens at most once
-    entries = worker.finalize_profiles(timeout_s=5)
-    assert [(e["steps"], e["status"]) for e in entries] == [([1], "ok"), ([2], "missing")]
-    assert entries[1]["reason"].startswith("window never opened")
-    data, names = trace_names(entries[0]["raw_path"])
+    assert worker.verlprof_start((1,)) == "not-planned"  # a window opens at most once
+    entries = worker.verlprof_finalize(timeout_s=5)
+    assert [(e.report.steps, e.status) for e in entries] == [((1,), "ok"), ((2,), "missing")]
+    assert entries[1].reason.startswith("window never opened")
+    data, names = trace_names(entries[0].raw_path)
     assert {"rollout/generate_sequences", "actor/update_actor", "ProfilerStep#1"} <= names
     assert data["distributedInfo"]["rank"] == 0
     assert worker.calls == [("generate_sequences", 1), ("update_actor", 2), ("update_actor", 5)]
@@ -83,37 +83,37 @@ def test_whole_step_windows_with_idempotent_start_stop(tmp_path):
 def test_start_without_steps_opens_the_planned_window_after_the_last_started(tmp_path):
     """What the controller sends when its mirror of the worker says so (no RPC argument)."""
     plan, worker = make(tmp_path, steps=(1, 2, 5))
-    assert worker.profile_status()["next"] == [1]
-    assert worker.start_profile() == "started"
-    assert worker.profile_status()["armed"] == [1] and worker.profile_status()["next"] == [2]
-    assert worker.stop_profile() == "stopped"
-    assert worker.start_profile((5,)) == "started"  # a jump (resume) moves past the skipped
-    assert worker.profile_status()["next"] is None
-    assert worker.stop_profile() == "stopped"
-    assert worker.start_profile() == "not-planned"  # none left after the last
-    assert worker.start_profile((2,)) == "started"  # the skipped one is still there
-    assert worker.profile_status()["next"] == [5]
-    assert worker.start_profile() == "not-planned"  # 5 was captured: never twice
-    assert worker.profile_status()["armed"] is None  # starting another stopped 2 first
-    entries = worker.finalize_profiles(timeout_s=5)
-    assert [(e["steps"], e["status"]) for e in entries] == [([1], "ok"), ([5], "ok"),
-                                                            ([2], "ok")]  # opening order
+    assert worker.verlprof_status().next == (1,)
+    assert worker.verlprof_start() == "started"
+    assert worker.verlprof_status().armed == (1,) and worker.verlprof_status().next == (2,)
+    assert worker.verlprof_stop() == "stopped"
+    assert worker.verlprof_start((5,)) == "started"  # a jump (resume) moves past the skipped
+    assert worker.verlprof_status().next is None
+    assert worker.verlprof_stop() == "stopped"
+    assert worker.verlprof_start() == "not-planned"  # none left after the last
+    assert worker.verlprof_start((2,)) == "started"  # the skipped one is still there
+    assert worker.verlprof_status().next == (5,)
+    assert worker.verlprof_start() == "not-planned"  # 5 was captured: never twice
+    assert worker.verlprof_status().armed is None  # starting another stopped 2 first
+    entries = worker.verlprof_finalize(timeout_s=5)
+    assert [(e.report.steps, e.status) for e in entries] == [((1,), "ok"), ((5,), "ok"),
+                                                            ((2,), "ok")]  # opening order
 
 
 def test_discrete_mode_opens_a_window_per_planned_phase_only(tmp_path):
     plan, worker = make(tmp_path, steps=(1,), discrete=True)
     worker.update_actor(1)  # not armed: no window
-    worker.start_profile((1,))
+    worker.verlprof_start((1,))
     worker.generate_sequences(1)  # rollout is not selected: no window
     worker.update_actor(1)
     worker.update_actor(1)  # second call in the step: the planned window is used up
-    worker.stop_profile((1,))
-    entries = worker.finalize_profiles(timeout_s=5)
-    by_phase = {e["phase"]: e for e in entries}
-    assert by_phase["update_actor"]["status"] == "ok"
-    assert by_phase["compute_log_prob"]["status"] == "missing"
-    assert "compute_log_prob was not called in step 1" in by_phase["compute_log_prob"]["reason"]
-    _, names = trace_names(by_phase["update_actor"]["raw_path"])
+    worker.verlprof_stop((1,))
+    entries = worker.verlprof_finalize(timeout_s=5)
+    by_phase = {e.report.phase: e for e in entries}
+    assert by_phase["update_actor"].status == "ok"
+    assert by_phase["compute_log_prob"].status == "missing"
+    assert "compute_log_prob was not called in step 1" in by_phase["compute_log_prob"].reason
+    _, names = trace_names(by_phase["update_actor"].raw_path)
     assert "actor/update_actor" in names and "rollout/generate_sequences" not in names
 
 
@@ -127,21 +127,21 @@ def test_exception_in_phase_closes_the_discrete_window(tmp_path):
 
     boom = Boom()
     boom.verlprof_configure(plan.process("actor_rollout_ref", 0))
-    boom.start_profile((1,))
+    boom.verlprof_start((1,))
     with pytest.raises(RuntimeError):
         boom.update_actor(1)
-    assert boom.profile_status()["open_window"] is None
-    entries = boom.finalize_profiles(timeout_s=5)
-    assert any(e["phase"] == "update_actor" and e["status"] == "ok" for e in entries)
+    assert boom.verlprof_status().open_window is None
+    entries = boom.verlprof_finalize(timeout_s=5)
+    assert any(e.report.phase == "update_actor" and e.status == "ok" for e in entries)
 
 
 def test_finalize_stops_an_open_window(tmp_path):
     plan, worker = make(tmp_path, steps=(1,))
-    worker.start_profile((1,))
+    worker.verlprof_start((1,))
     worker.update_actor(1)
-    entries = worker.finalize_profiles(timeout_s=5)
-    assert entries[0]["status"] == "ok" and os.path.isfile(entries[0]["raw_path"])
-    assert entries[0]["window_end_ns"] >= entries[0]["window_start_ns"]
+    entries = worker.verlprof_finalize(timeout_s=5)
+    assert entries[0].status == "ok" and os.path.isfile(entries[0].raw_path)
+    assert entries[0].window_end_ns >= entries[0].window_start_ns
 
 
 def test_read_chunk_refuses_paths_outside_its_raw_dir(tmp_path):

@@ -1,30 +1,29 @@
-"""Worker-side capture backends: open/close a window, name a phase, hand over the reports.
+"""One folder per profiling tool; :func:`get_backend` gives the :class:`Backend` of a name.
 
-Each backend implements :class:`verlprof.backends.base.Capture`; :func:`make_capture` picks
-the one the process plan names. Only selected processes ever construct one.
+Each ``verlprof/backends/<tool>/backend.py`` defines ``BACKEND``: planning (launch argv and
+environment), preflight, the worker-side capture, the report reader and next-step hints. Heavy
+parts (torch, ctypes, sqlite readers) load on first use, so listing the backends is cheap.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Dict
 
-if TYPE_CHECKING:  # the nsys command-line helpers here are used without a plan (reports)
-    from verlprof.backends.base import Capture
-    from verlprof.plan import ProcessPlan
+from verlprof.backends.base import Backend, Capture, Launch
+from verlprof.backends.nsys.backend import BACKEND as NSYS
+from verlprof.backends.rocprof_sys.backend import BACKEND as ROCPROF_SYS
+from verlprof.backends.torch.backend import BACKEND as TORCH
+
+BACKENDS: Dict[str, Backend] = {b.name: b for b in (NSYS, TORCH, ROCPROF_SYS)}
+"""Every backend by its ``trainer.profiler.tool`` name."""
 
 
-def make_capture(plan: ProcessPlan) -> Capture:
-    """The capture backend of ``plan.backend``."""
-    if plan.backend == "nsys":
-        from verlprof.backends.nsys import NsysCapture
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` (ValueError listing the known ones otherwise)."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}") from None
 
-        return NsysCapture(plan)
-    if plan.backend == "torch":
-        from verlprof.backends.torch_profiler import TorchCapture
 
-        return TorchCapture(plan)
-    if plan.backend == "rocprof_sys":
-        from verlprof.backends.rocprof import RocprofCapture
-
-        return RocprofCapture(plan)
-    raise ValueError(f"unknown backend {plan.backend!r}")
+__all__ = ["BACKENDS", "Backend", "Capture", "Launch", "get_backend"]

@@ -1,13 +1,59 @@
-"""The capture interface every backend implements, and the entry every report becomes."""
+"""What every backend provides: a :class:`Backend` (plan, preflight, reading, hints) and the
+:class:`Capture` it runs inside each selected worker process.
+
+A backend lives in one folder, ``verlprof/backends/<tool>/``; its ``backend.py`` defines one
+:class:`Backend` object, and :mod:`verlprof.backends` lists them. Adding a tool touches that
+folder and the list, nothing else.
+"""
 
 from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from verlprof.manifest import STATUS_MISSING, STATUS_OK
-from verlprof.plan import ProcessPlan, Window
+from verlprof import paths
+from verlprof.plan.model import ProcessPlan, Window
+from verlprof.records import (
+    STATUS_MISSING,
+    ProcessIdentity,
+    Status,
+    Tool,
+    WorkerReport,
+)
+
+if TYPE_CHECKING:  # types only: the plan's builder imports the backends
+    from verlprof.backends.reading import ReportData
+    from verlprof.config.schema import ProfilingConfig
+    from verlprof.config.topology import GroupTopology, Topology
+    from verlprof.plan.model import ProfilePlan
+
+
+PERFETTO_URL = "https://ui.perfetto.dev"
+"""Where Chrome / Perfetto traces open (torch traces, rocprof-sys output)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one process is started under the profiler (all empty: not wrapped)."""
+
+    argv: Tuple[str, ...] = ()
+    """Command prefix placed before the interpreter."""
+    env: Dict[str, str] = field(default_factory=dict)
+    """Environment the wrapped process needs."""
+    capture_options: Dict[str, Any] = field(default_factory=dict)
+    """Settings the in-process capture applies to each window."""
+
+
+@dataclass
+class OpenedWindow:
+    """A window a process actually opened (nsys numbers its reports in this order); its end is
+    filled in when it closes. Lives in one process only."""
+
+    window: Window
+    start_ns: int
+    end_ns: Optional[int] = None
 
 
 class Capture:
@@ -31,36 +77,82 @@ class Capture:
     def flush(self, never_opened: Sequence[Window]) -> None:
         """Called once before :meth:`collect` with the planned windows that never opened."""
 
-    def collect(self, opened: Sequence[Any], never_opened: Sequence[Window],
-                timeout_s: float) -> List[Dict[str, Any]]:
-        """One entry per planned window: the raw file of each opened one, or why it is missing.
-
-        ``opened`` are :class:`verlprof.worker.OpenedWindow` in opening order.
-        """
+    def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
+                timeout_s: float) -> List[WorkerReport]:
+        """One record per planned window: the raw file of each opened one, or why it is
+        missing. ``opened`` is in opening order."""
         raise NotImplementedError
 
 
-def entry(window: Window, *, raw_path: Optional[str], status: str, reason: Optional[str] = None,
-          start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> Dict[str, Any]:
-    """A worker's description of one planned report (collection turns it into a manifest entry)."""
-    report = window.report
+class Backend:
+    """One profiling tool, everything verlprof needs to know about it."""
+
+    name: Tool
+    """The ``trainer.profiler.tool`` value."""
+    has_reader = False
+    """Whether ``verlprof report`` can read its reports."""
+
+    @property
+    def extension(self) -> str:
+        """Suffix of its reports (the file contract, :data:`verlprof.paths.EXTENSIONS`)."""
+        return paths.EXTENSIONS[self.name]
+
+    # -- planning (pure) --------------------------------------------------------------------
+    def check(self, config: ProfilingConfig, topology: Topology) -> None:
+        """Refuse, with a :class:`~verlprof.errors.ConfigError` naming the key, a config this
+        tool cannot honour. Called once per plan, when anything is profiled."""
+
+    def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
+                      rank: int, windows: int, warnings: List[str]) -> Launch:
+        """How the selected process ``(group, rank)``, which opens ``windows`` windows, starts."""
+        return Launch()
+
+    def controller_launch(self, config: ProfilingConfig, topology: Topology,
+                          windows: int, warnings: List[str]) -> Optional[Launch]:
+        """How the controller starts under the tool, or None when it is not profiled."""
+        return None
+
+    # -- driver side ------------------------------------------------------------------------
+    def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
+        """Check the tool can run the plan's launches (raises ConfigError naming the key)."""
+
+    # -- worker side ------------------------------------------------------------------------
+    def capture(self, plan: ProcessPlan) -> Capture:
+        """The capture a selected process runs (imported on first use: workers only)."""
+        raise NotImplementedError
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(self, path: str, *, index: int, window_start_ns: Optional[int],
+             timeout_s: float) -> ReportData:
+        """One report as ranges (only when :attr:`has_reader`)."""
+        raise NotImplementedError(f"no reader for {self.name} reports")
+
+    def is_cached(self, path: str) -> bool:
+        """True when reading ``path`` needs no conversion work (an up-to-date export)."""
+        return False
+
+    def open_hints(self, path: str) -> List[Tuple[str, str]]:
+        """(label, what to run) pairs telling a user how to open one report."""
+        return [("open", path)]
+
+
+def worker_report(window: Window, *, raw_path: Optional[str], status: Status,
+                  reason: Optional[str] = None, start_ns: Optional[int] = None,
+                  end_ns: Optional[int] = None,
+                  where: Optional[ProcessIdentity] = None) -> WorkerReport:
+    """A worker's record of one planned report (collection turns it into a manifest entry)."""
     size = os.path.getsize(raw_path) if raw_path and os.path.isfile(raw_path) else 0
-    return {"steps": list(report.steps), "group": report.group, "rank": report.rank,
-            "component": report.component, "backend": report.backend, "path": report.path,
-            "role": report.role, "phase": report.phase, "raw_path": raw_path, "bytes": size,
-            "status": status, "reason": reason, "window_start_ns": start_ns,
-            "window_end_ns": end_ns}
+    return WorkerReport(report=window.report, status=status, raw_path=raw_path, bytes=size,
+                        reason=reason, window_start_ns=start_ns, window_end_ns=end_ns,
+                        where=where or ProcessIdentity(host="", pid=0))
 
 
-def never_opened_entries(windows: Sequence[Window]) -> List[Dict[str, Any]]:
-    """Entries for planned windows that never opened, with the reason."""
+def never_opened_reports(windows: Sequence[Window]) -> List[WorkerReport]:
+    """Records for planned windows that never opened, with the reason."""
     out = []
     for window in windows:
         what = (f"phase {window.role}/{window.phase} was not called in step {window.steps[0]}"
                 if window.phase else f"step(s) {list(window.steps)} were never started")
-        out.append(entry(window, raw_path=None, status=STATUS_MISSING,
-                         reason=f"window never opened: {what}"))
+        out.append(worker_report(window, raw_path=None, status=STATUS_MISSING,
+                                 reason=f"window never opened: {what}"))
     return out
-
-
-__all__ = ["Capture", "entry", "never_opened_entries", "STATUS_OK", "STATUS_MISSING"]

@@ -23,8 +23,8 @@ from verlprof.config import layouts, nemo_env, profiler_block
 from verlprof.config import validate as v
 from verlprof.config.draft import to_profiling
 from verlprof.config.schema import OptionValue, ProfilingConfig
+from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
-from verlprof.topology import Topology
 
 logger = logging.getLogger("verlprof")
 

@@ -35,9 +35,9 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft, RoleDraft
+from verlprof.config.options import merge_options
+from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
-from verlprof.options import merge_options
-from verlprof.topology import Topology
 
 NSYS_PATTERNS = "NRL_NSYS_WORKER_PATTERNS"
 NSYS_RANGE = "NRL_NSYS_PROFILE_STEP_RANGE"

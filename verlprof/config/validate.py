@@ -7,7 +7,7 @@ Messages are one line: the CLI prints them as they are, without a traceback.
 Most checks are about one value at a time; :func:`check_draft` runs last, for the rule that
 spans keys (continuous windows vs discrete roles) and for the warnings about settings that are
 silently meaningless. Checks that need the topology (ranks below world sizes, colocated roles
-that disagree on ``discrete``) belong to :mod:`verlprof.plan`, which has the topology.
+that disagree on ``discrete``) belong to :mod:`verlprof.plan.build`, which has the topology.
 
 Inputs can be anything YAML (or a hypothesis test) produces, so no check may assume a type
 before testing it: membership tests use tuples (lists and dicts are unhashable), keys are
@@ -24,9 +24,9 @@ import re
 import string
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
+from verlprof.config.options import validate_options
 from verlprof.config.schema import ROLES, TRIGGERS
 from verlprof.errors import ConfigError
-from verlprof.options import validate_options
 
 if TYPE_CHECKING:  # draft imports nothing from here, but keep the import graph one-way
     from verlprof.config.draft import Draft
@@ -239,7 +239,7 @@ def phases(value: Any, key: str) -> Dict[str, Tuple[str, ...]]:
 def options(value: Any, key: str, flags: Sequence[str] = (),
             flags_key: Optional[str] = None) -> Dict[str, Any]:
     """Tool options (``{trace: "cuda,nvtx"}``), checked by
-    :func:`verlprof.options.validate_options`."""
+    :func:`verlprof.config.options.validate_options`."""
     opts = mapping(value, key)
     for name, value in opts.items():  # names become argv: only plain option names
         if not isinstance(name, str) or not _OPTION_RE.fullmatch(name):

@@ -14,13 +14,14 @@ from typing import Any, Dict, List, Optional, Sequence
 from verlprof.config import load_config
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
+from verlprof.records import ProcessIdentity
 
 DEFAULT_CONFIG = os.path.join("trainer_configs", "ppo_trainer.yaml")
 
 
 def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     """Load the config and plan it, falling back to torch when nsys is not installed."""
-    from verlprof.backends.nsys_cli import find_nsys
+    from verlprof.backends.nsys.cli import find_nsys
 
     path = config_path or DEFAULT_CONFIG
     if not os.path.exists(path):
@@ -38,7 +39,7 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                 start_timeout_s: float = 300.0, runner_class: Any = None) -> Dict[str, Any]:
     """Start Ray (unless connected already), run the trainer as a TaskRunner, shut down.
 
-    Before anything starts, :func:`verlprof.preflight.preflight` checks the output directory
+    Before anything starts, :func:`verlprof.runtime.preflight.preflight` checks the output directory
     and dry-runs each nsys command (a bad option is one clear line, not a hung worker). SIGTERM
     or Ctrl-C of this process is passed to the controller as SIGTERM: it stops every open
     window and finalises the reports; this function then waits for that (bounded), lets every
@@ -49,9 +50,9 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     import ray
 
     from verlprof.demo.trainer import TaskRunner
-    from verlprof.launch import controller_options
-    from verlprof.preflight import preflight
-    from verlprof.signals import ProfilingTerminated, SignalGuard
+    from verlprof.runtime.launch import controller_options
+    from verlprof.runtime.preflight import preflight
+    from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 
     preflight(plan)
     started_ray = not ray.is_initialized()
@@ -66,7 +67,7 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                      if demo.get("controller_resources") else {})
         runner = (runner_class or TaskRunner).options(**controller_options(plan),
                                                      **placement).remote()
-        who: Dict[str, Any] = {}
+        who: Optional[ProcessIdentity] = None
         try:
             who = ray.get(runner.identity.remote(), timeout=start_timeout_s)
             run = runner.run.remote(loaded.raw, plan.to_dict(), "quick")
@@ -74,8 +75,7 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                 return ray.get(run)
             except BaseException:
                 if guard.received is not None:
-                    prof = loaded.profiling
-                    bound = 2 * prof.rpc_timeout_s + prof.finalize_timeout_s + 90
+                    bound = 2 * plan.policy.rpc_timeout_s + plan.policy.finalize_timeout_s + 90
                     _stop_controller(run, who, bound, guard)
                 raise
         finally:
@@ -95,30 +95,30 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
             ray.shutdown()
 
 
-def _stop_controller(run: Any, who: Dict[str, Any], bound_s: float, guard: Any) -> None:
+def _stop_controller(run: Any, who: Optional[ProcessIdentity], bound_s: float,
+                     guard: Any) -> None:
     """Pass a termination on to the controller process and wait (bounded) until it has
     stopped its windows and finalised the reports."""
     import ray
 
-    from verlprof.teardown import signal_on_node
+    from verlprof.runtime.teardown import signal_on_node
 
-    if not who.get("pid"):
+    if who is None or not who.pid:
         return
     name = signal.Signals(guard.received).name
-    print(f"verlprof: {name}: asking the controller (pid {who['pid']}) to stop every window "
+    print(f"verlprof: {name}: asking the controller (pid {who.pid}) to stop every window "
           "and finalise the reports", file=sys.stderr, flush=True)
     with guard.shield():
-        signal_on_node(who.get("node_id", ""), int(who["pid"]), signal.SIGTERM)
+        signal_on_node(who.node_id, who.pid, signal.SIGTERM)
         ray.wait([run], timeout=bound_s)
 
 
-def _settle_controller(who: Dict[str, Any]) -> None:
+def _settle_controller(who: Optional[ProcessIdentity]) -> None:
     """Wait for the controller's own profiler (if any) to finish writing and exit."""
-    from verlprof.teardown import settle_on_nodes
+    from verlprof.runtime.teardown import settle_on_nodes
 
-    if who.get("profiler_pid"):
-        for problem in settle_on_nodes({who.get("node_id", ""): [int(who["profiler_pid"])]},
-                                       60.0):
+    if who is not None and who.profiler_pid:
+        for problem in settle_on_nodes({who.node_id: [who.profiler_pid]}, 60.0):
             print(f"verlprof: {problem}", flush=True)
 
 

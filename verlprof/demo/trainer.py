@@ -19,6 +19,7 @@ The ``demo:`` block of the config (ignored by verlprof itself) also lets you reh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,11 +30,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import ray
 import torch
 
-from verlprof.controller import ProfileController, describe_error
 from verlprof.demo import workers
 from verlprof.errors import ProfilingRuntimeError
-from verlprof.launch import worker_options
-from verlprof.plan import ProfilePlan
+from verlprof.plan.model import ProfilePlan
+from verlprof.records import ProcessIdentity
+from verlprof.runtime.controller import ProfileController, describe_error
+from verlprof.runtime.launch import worker_options
 from verlprof.worker import process_identity
 
 GROUP_CLASSES = {
@@ -129,12 +131,8 @@ class PPOTrainer:
         self.total_steps = int(trainer.get("total_training_steps", 3))
         self.batch_size = int((config.get("data") or {}).get("batch_size", 8))
         self.continue_on_death = str(demo.get("on_worker_death", "stop")) == "continue"
-        profiler = (trainer.get("profiler") or {})
-        self.controller = ProfileController(
-            plan, rpc_timeout_s=float(profiler.get("rpc_timeout_s", 120.0)),
-            finalize_timeout_s=float(profiler.get("finalize_timeout_s", 300.0)),
-            on_rank_failure=str(profiler.get("on_rank_failure") or "continue"),
-            preflight=preflight)
+        # the run policy (on_rank_failure, timeouts) comes with the plan, from the YAML
+        self.controller = ProfileController(plan, preflight=preflight)
         self.groups: Dict[str, List[Any]] = {}
         placement = demo.get("worker_resources") or {}
         for group in plan.groups:
@@ -265,12 +263,14 @@ class PPOTrainer:
 
     def worker_identities(self) -> List[Dict[str, Any]]:
         """Every live worker's host, pid and whether a profiler wraps it (selected or not)."""
-        refs = {(g, r): a.profile_status.remote() for g, live in self.live.items()
+        refs = {(g, r): a.verlprof_status.remote() for g, live in self.live.items()
                 for r, a in live}
         out = []
         for (g, r), ref in refs.items():
             try:
-                out.append(dict(ray.get(ref, timeout=60), group=g, rank=r))
+                status = ray.get(ref, timeout=60)
+                out.append(dict(dataclasses.asdict(status.identity), group=g, rank=r,
+                                configured=status.configured))
             except Exception as err:
                 out.append({"group": g, "rank": r, "error": describe_error(err)})
         return out
@@ -288,7 +288,7 @@ class PPOTrainer:
 class TaskRunner:
     """The controller process (verl's TaskRunner): launched under nsys when planned."""
 
-    def identity(self) -> Dict[str, Any]:
+    def identity(self) -> ProcessIdentity:
         """Host, pid, node and profiler pid of the controller process."""
         return process_identity()
 

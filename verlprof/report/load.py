@@ -21,10 +21,13 @@ import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
+from verlprof.backends import get_backend
+from verlprof.backends.nsys.nvtx import CAPTURE_RANGE
 from verlprof.manifest import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
@@ -32,8 +35,6 @@ from verlprof.manifest import (
     Manifest,
     ReportEntry,
 )
-from verlprof.nvtx import CAPTURE_RANGE
-from verlprof.progress import Progress
 from verlprof.report.model import (
     CONTROLLER_GROUP,
     CONTROLLER_ROLE,
@@ -50,42 +51,48 @@ from verlprof.report.model import (
     StepSpan,
     Window,
 )
+from verlprof.report.progress import Progress
 
-READERS = ("nsys", "torch")
-"""Backends whose reports are summarised."""
 STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
 DEFAULT_EXPORT_TIMEOUT_S = 300.0
 POOL_MIN_BYTES = 16 << 20
 """Uncached work below which reports are read in-process (the pool's start-up dominates)."""
 
-Task = Tuple[int, str, str, Optional[int], float]
-"""(entry index, absolute report path, backend, window start ns, export timeout)."""
+@dataclass(frozen=True)
+class ReadTask:
+    """One report to read (sent to a pool worker)."""
+
+    index: int
+    """Index of the report's entry in ``manifest.reports``."""
+    path: str
+    """Absolute path of the report."""
+    backend: str
+    """Backend that wrote it (its reader reads it)."""
+    window_start_ns: Optional[int]
+    """When its window opened (a trace without absolute times is placed there)."""
+    timeout_s: float
+    """Longest an export may take."""
 
 
-def read_one(task: Task) -> ReportData:
+def read_one(task: ReadTask) -> ReportData:
     """Read one report (runs in a pool worker). Never raises."""
-    index, path, backend, window_start_ns, timeout = task
     try:
-        if backend == "torch":
-            from verlprof.report.read_torch import read_torch_trace
-
-            return read_torch_trace(path, index=index, fallback_start_ns=window_start_ns)
-        from verlprof.report.read_nsys import read_nsys_report
-
-        return read_nsys_report(path, index=index, timeout=timeout)
+        return get_backend(task.backend).read(task.path, index=task.index,
+                                              window_start_ns=task.window_start_ns,
+                                              timeout_s=task.timeout_s)
     except Exception as err:  # noqa: BLE001 - a reader bug must not stop the other reports
-        return ReportData(index=index, error=f"{type(err).__name__}: {err}")
+        return ReportData(index=task.index, error=f"{type(err).__name__}: {err}")
 
 
-def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
+def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
                  progress: Optional[Progress] = None) -> List[ReportData]:
     """Read all tasks; results in task order.
 
     ``jobs`` > 1: that many pool processes. ``jobs`` None: one per core, but only when the
     uncached work (nsys reports without a fresh sqlite, torch traces) is at least
     :data:`POOL_MIN_BYTES`: below that, starting the workers costs more than it saves.
-    ``progress`` (a :class:`~verlprof.progress.Progress`) advances once per report read.
+    ``progress`` (a :class:`~verlprof.report.progress.Progress`) advances once per report read.
     """
     if not tasks:
         return []
@@ -93,7 +100,7 @@ def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
     if jobs is None:
         uncached = _uncached(tasks)
         jobs = (os.cpu_count() or 1) if _bytes(uncached) >= POOL_MIN_BYTES else 1
-        if jobs == 1 and sum(1 for task in uncached if task[2] == "nsys") > 1:
+        if jobs == 1 and sum(1 for task in uncached if task.backend == "nsys") > 1:
             # small reports: the work is in the `nsys export` child processes, so threads
             # overlap them on every core without a process pool's start-up cost
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as threads:
@@ -109,49 +116,38 @@ def read_reports(tasks: Sequence[Task], jobs: Optional[int] = None,
     out = []
     for task in tasks:
         out.append(read_one(task))
-        progress.advance(os.path.basename(task[1]))
+        progress.advance(os.path.basename(task.path))
     return out
 
 
-def _read_in_pool(tasks: Sequence[Task], jobs: int, progress: Progress) -> List[ReportData]:
+def _read_in_pool(tasks: Sequence[ReadTask], jobs: int, progress: Progress) -> List[ReportData]:
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
         return _read_with(pool, tasks, progress)
 
 
-def _read_with(executor: Executor, tasks: Sequence[Task],
+def _read_with(executor: Executor, tasks: Sequence[ReadTask],
                progress: Progress) -> List[ReportData]:
     futures = {executor.submit(read_one, task): i for i, task in enumerate(tasks)}
     results: List[Optional[ReportData]] = [None] * len(tasks)
     for future in as_completed(futures):
         i = futures[future]
         results[i] = future.result()
-        progress.advance(os.path.basename(tasks[i][1]))
+        progress.advance(os.path.basename(tasks[i].path))
     return [r for r in results if r is not None]
 
 
-def _uncached(tasks: Sequence[Task]) -> List[Task]:
-    """The tasks with work to do: torch traces, and nsys reports whose sqlite export is
-    missing or older than the report."""
-    from verlprof.backends.nsys_cli import sqlite_path_for
-
-    out = []
-    for task in tasks:
-        if task[2] == "nsys":
-            try:
-                if os.path.getmtime(sqlite_path_for(task[1])) >= os.path.getmtime(task[1]):
-                    continue
-            except OSError:
-                pass
-        out.append(task)
-    return out
+def _uncached(tasks: Sequence[ReadTask]) -> List[ReadTask]:
+    """The tasks with work to do: reports without an up-to-date export (torch traces are
+    always read in full)."""
+    return [task for task in tasks if not get_backend(task.backend).is_cached(task.path)]
 
 
-def _bytes(tasks: Sequence[Task]) -> int:
+def _bytes(tasks: Sequence[ReadTask]) -> int:
     """Total size of the tasks' input files (those that exist)."""
     total = 0
     for task in tasks:
         try:
-            total += os.path.getsize(task[1])
+            total += os.path.getsize(task.path)
         except OSError:
             continue
     return total
@@ -167,9 +163,9 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
          export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
          show_progress: bool = False) -> LoadResult:
     """Read every readable report of ``manifest`` and normalise it; ``show_progress``: a
-    :class:`~verlprof.progress.Progress` on stderr, one step per report read."""
+    :class:`~verlprof.report.progress.Progress` on stderr, one step per report read."""
     problems: List[Problem] = []
-    tasks: List[Task] = []
+    tasks: List[ReadTask] = []
     for index, entry in enumerate(manifest.reports):
         if entry.status == STATUS_MISSING:
             problems.append(_problem(PROBLEM_MISSING, entry, entry.reason or "no report"))
@@ -181,7 +177,7 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
             problems.append(_problem(PROBLEM_UNREADABLE, entry,
                                      f"unknown manifest status {entry.status!r}"))
             continue
-        if entry.backend not in READERS:
+        if not get_backend(entry.backend).has_reader:
             problems.append(_problem(PROBLEM_SKIPPED, entry,
                                      f"no reader for {entry.backend} reports; open it in its "
                                      "own viewer"))
@@ -195,7 +191,8 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
             problems.append(_problem(PROBLEM_MISSING, entry,
                                      "manifest says ok but the file is not there"))
             continue
-        tasks.append((index, full, entry.backend, entry.window_start_ns, export_timeout))
+        tasks.append(ReadTask(index=index, path=full, backend=entry.backend,
+                              window_start_ns=entry.window_start_ns, timeout_s=export_timeout))
     began = time.monotonic()
     label = "reading reports"
     with (Progress(label, len(tasks)) if show_progress else Progress.disabled()) as progress:

@@ -1,6 +1,7 @@
-"""The normalised record model every reader produces and every analysis consumes.
+"""The record model every analysis consumes.
 
-Readers turn one report (nsys or torch) into a :class:`ReportData` of raw ranges with absolute
+Readers (one per backend; :mod:`verlprof.backends.reading` holds what they produce) turn one
+report (nsys or torch) into a :class:`ReportData` of raw ranges with absolute
 wall-clock times (ns since the epoch), so that ranks of different processes and nodes line up
 on one timeline. :mod:`verlprof.report.load` then assigns each range to a training step and
 turns it into a :class:`PhaseRecord`.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
+
+from verlprof.backends.reading import RawRange, ReportData, StepMark
 
 CONTROLLER_GROUP = "controller"
 """Manifest group of the controller's own report."""
@@ -24,49 +27,6 @@ PROBLEM_UNREADABLE = "unreadable"
 """The report exists but could not be read (truncated, corrupt, export failed)."""
 PROBLEM_SKIPPED = "skipped"
 """The report's backend has no reader (rocprof-sys)."""
-
-
-@dataclass(frozen=True)
-class RawRange:
-    """One named range read from a report, before step assignment."""
-
-    name: str
-    """Range text, e.g. ``actor/update_actor``, ``controller/generate_sequences``."""
-    start_ns: int
-    """Wall-clock start, ns since the epoch."""
-    end_ns: int
-    """Wall-clock end, ns since the epoch."""
-    kernel_ns: Optional[int] = None
-    """GPU kernel time attributed to the range; None when the report has no kernel table."""
-    kernel_count: Optional[int] = None
-    """Number of GPU kernels attributed to the range; None when no kernel table."""
-    memcpy_ns: Optional[int] = None
-    """GPU memcpy time attributed to the range; None when the report has no memcpy table."""
-
-
-@dataclass(frozen=True)
-class StepMark:
-    """A range that marks a training step inside a report (``step/<n>``, ``ProfilerStep#<n>``)."""
-
-    step: int
-    start_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """What one reader got out of one report. ``error`` set means: unreadable, nothing else."""
-
-    index: int
-    """Index of the report's entry in ``manifest.reports``."""
-    ranges: Tuple[RawRange, ...] = ()
-    marks: Tuple[StepMark, ...] = ()
-    window: Optional[Tuple[int, int]] = None
-    """Extent of the capture window (``VERLPROF_CAPTURE``, or the trace's extent), wall clock."""
-    error: Optional[str] = None
-    """Why the report could not be read (one line)."""
-    seconds: float = 0.0
-    """Time spent reading it (export included)."""
 
 
 @dataclass(frozen=True)
@@ -163,3 +123,6 @@ class LoadResult:
     notes: Tuple[str, ...] = field(default_factory=tuple)
     """Non-fatal remarks (e.g. a range whose step could only be guessed)."""
     read_seconds: float = 0.0
+
+__all__ = ["CONTROLLER_GROUP", "CONTROLLER_ROLE", "LoadResult", "PhaseRecord", "Problem",
+           "RawRange", "ReportData", "StepMark", "StepSpan", "Window"]

@@ -11,13 +11,13 @@ import os
 import shlex
 from typing import TYPE_CHECKING, List, Optional
 
+from verlprof.backends import get_backend
 from verlprof.manifest import STATUS_OK, ReportEntry
 from verlprof.report.model import CONTROLLER_GROUP
 
 if TYPE_CHECKING:
     from verlprof.report.summary import Summary
 
-PERFETTO_URL = "https://ui.perfetto.dev"
 GUIDE = "docs/user_guide.md"
 
 
@@ -31,16 +31,10 @@ def next_steps(summary: Summary) -> List[str]:
                    "(a picture: timeline.png next to it)")
     first = _first_to_open(summary, reports)
     if first is not None:
-        path = _quote(os.path.join(summary.output_dir, first.path))
         why = "the slowest rank" if summary.stragglers else "one report"
-        if first.backend == "nsys":
-            out.append(f"  {why + ':':<15} nsys-ui {path}")
-            out.append(f"  {'in a terminal:':<15} nsys stats {path}")
-        elif first.backend == "torch":
-            out.append(f"  {why + ':':<15} {PERFETTO_URL} > Open trace file > {path}")
-        else:
-            out.append(f"  {why + ':':<15} {path} (rocprof-sys output: open its .proto "
-                       f"files in {PERFETTO_URL})")
+        full = os.path.join(summary.output_dir, first.path)
+        for label, command in get_backend(first.backend).open_hints(full):
+            out.append(f"  {(label or why + ':'):<15} {command}")
     if summary.missing:
         out.append(f"  {'problems:':<15} {len(summary.missing)} report(s) not summarised; "
                    f"the reasons are listed above and in manifest.json ({GUIDE}, "

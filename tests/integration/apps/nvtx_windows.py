@@ -1,4 +1,4 @@
-"""Test app: opens capture windows through verlprof.nvtx, with distinct ranges in each.
+"""Test app: opens capture windows through verlprof.backends.nsys.nvtx, distinct ranges in each.
 
 Run it under ``nsys profile -c nvtx -p VERLPROF_CAPTURE@verlprof --capture-range-end=repeat:N``.
 Window ``w`` (1-based) holds the ranges ``WINDOW_RANGES[w-1]`` (start/end ranges, one of them
@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from verlprof import nvtx as vnvtx
+from verlprof.backends.nsys import nvtx as vnvtx
 
 WINDOW_RANGES = [
     ("actor/compute_log_prob", "actor/update_actor"),

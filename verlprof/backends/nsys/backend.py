@@ -1,0 +1,116 @@
+"""Nsight Systems: the main backend. Workers run under ``nsys profile`` with one capture range
+per window (``repeat:N``); the controller may run under it too, bounded to the profiled steps."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from verlprof import paths
+from verlprof.backends.base import Backend, Capture, Launch
+from verlprof.backends.nsys.argv import (
+    NSYS_NVTX_ENV,
+    check_trace_has_nvtx,
+    nsys_argv,
+    resolve_trigger,
+)
+from verlprof.errors import ConfigError
+
+if TYPE_CHECKING:
+    from verlprof.backends.reading import ReportData
+    from verlprof.config.schema import ProfilingConfig
+    from verlprof.config.topology import GroupTopology, Topology
+    from verlprof.plan.model import ProcessPlan, ProfilePlan
+
+EXECUTABLE_KEY = "trainer.profiler.nsys.executable"
+
+_PREFLIGHT_OK: set = set()
+"""Launch argvs (output options stripped) that passed a dry run in this process."""
+
+
+class NsysBackend(Backend):
+    name = "nsys"
+    has_reader = True
+
+    def check(self, config: ProfilingConfig, topology: Topology) -> None:
+        key = config.nsys.worker_options_key
+        check_trace_has_nvtx(config.nsys.worker_options, key)
+        resolve_trigger(config.nsys, key, topology.cuda)
+
+    def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
+                      rank: int, windows: int, warnings: List[str]) -> Launch:
+        key = config.nsys.worker_options_key
+        trigger, _ = resolve_trigger(config.nsys, key, topology.cuda)
+        argv = nsys_argv(config.nsys, options=config.nsys.worker_options,
+                         flags=config.nsys.worker_flags, options_key=key, trigger=trigger,
+                         windows=windows, output=paths.raw_prefix(config.output_dir, group.name,
+                                                                  rank),
+                         cpu_only=not topology.cuda, warnings=warnings)
+        return Launch(argv=argv, env=dict(NSYS_NVTX_ENV) if trigger == "nvtx" else {})
+
+    def controller_launch(self, config: ProfilingConfig, topology: Topology, windows: int,
+                          warnings: List[str]) -> Optional[Launch]:
+        """The controller always uses the nvtx trigger: it does no GPU work of its own."""
+        if not config.nsys.controller_options:
+            return None
+        key = config.nsys.controller_options_key
+        check_trace_has_nvtx(config.nsys.controller_options, key)
+        argv = nsys_argv(config.nsys, options=config.nsys.controller_options,
+                         flags=config.nsys.controller_flags, options_key=key, trigger="nvtx",
+                         windows=windows, output=paths.controller_prefix(config.output_dir),
+                         cpu_only=not topology.cuda, warnings=warnings)
+        return Launch(argv=argv, env=dict(NSYS_NVTX_ENV))
+
+    def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
+        """Each distinct launch command gets a bounded trial run of ``python -c pass``; a
+        passing argv is remembered for the life of the process."""
+        from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
+
+        for key, argv in _launches(plan):
+            cache_key = dry_run_key(argv)
+            if cache_key in _PREFLIGHT_OK:
+                continue
+            problem = check_launch_argv(argv, timeout_s=timeout_s, dry_run=dry_run)
+            if problem is not None:
+                raise ConfigError(EXECUTABLE_KEY if problem.startswith("nsys executable")
+                                  else key, problem)
+            if dry_run:
+                _PREFLIGHT_OK.add(cache_key)
+
+    def capture(self, plan: ProcessPlan) -> Capture:
+        from verlprof.backends.nsys.capture import NsysCapture
+
+        return NsysCapture(plan)
+
+    def read(self, path: str, *, index: int, window_start_ns: Optional[int],
+             timeout_s: float) -> ReportData:
+        from verlprof.backends.nsys.read import read_nsys_report
+
+        return read_nsys_report(path, index=index, timeout=timeout_s)
+
+    def is_cached(self, path: str) -> bool:
+        import os
+
+        from verlprof.backends.nsys.cli import sqlite_path_for
+
+        try:
+            return os.path.getmtime(sqlite_path_for(path)) >= os.path.getmtime(path)
+        except OSError:
+            return False
+
+    def open_hints(self, path: str) -> List[Tuple[str, str]]:
+        quoted = shlex.quote(path)
+        return [("", f"nsys-ui {quoted}"), ("in a terminal:", f"nsys stats {quoted}")]
+
+
+def _launches(plan: ProfilePlan) -> List[Tuple[str, Tuple[str, ...]]]:
+    """(options key, argv) of every wrapped launch of the plan, the controller's first."""
+    out: List[Tuple[str, Tuple[str, ...]]] = []
+    if plan.controller.launch_argv:
+        out.append((plan.controller_options_key, tuple(plan.controller.launch_argv)))
+    out += [(plan.worker_options_key, tuple(p.launch_argv)) for p in plan.processes
+            if p.launch_argv]
+    return out
+
+
+BACKEND = NsysBackend()

@@ -1,0 +1,121 @@
+"""nsys, worker side: the process already runs under ``nsys profile`` (see the plan's argv).
+
+A window is a capture range: with the ``nvtx`` trigger the range ``VERLPROF_CAPTURE`` in domain
+``verlprof`` (works without a GPU), with ``cuda`` ``torch.cuda.profiler.start()/stop()``. nsys
+writes one report per window (``--capture-range-end=repeat:N``) named
+``<group>_rank<R>_<pid>.<n>.nsys-rep`` (no ``.<n>`` when there is a single report), ``n``
+counting windows in the order they closed; the session's log of opened windows maps ``n`` back
+to steps and phases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from contextlib import AbstractContextManager
+from typing import Any, Dict, List, Optional, Sequence
+
+from verlprof import paths
+from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
+from verlprof.backends.nsys import nvtx
+from verlprof.plan.model import ProcessPlan, Window
+from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
+
+_ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")
+
+REPORT_POLL_S = 0.2
+"""Seconds between looks at the reports while waiting for nsys to finish writing them."""
+
+
+class NsysCapture(Capture):
+    def __init__(self, plan: ProcessPlan):
+        super().__init__(plan)
+        self.trigger = "nvtx" if any(a == "--capture-range=nvtx" for a in plan.launch_argv) \
+            else "cuda"
+        self.emitter = nvtx.get_emitter()
+        self._handle: Any = None
+        self._fillers = 0
+
+    def open(self, window: Window) -> None:
+        if self.trigger == "nvtx":
+            self._handle = nvtx.capture_open()
+        else:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+
+    def close(self, window: Window) -> None:
+        if self.trigger == "nvtx":
+            handle, self._handle = self._handle, None
+            nvtx.capture_close(handle)
+        else:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+
+    def phase(self, label: str) -> AbstractContextManager:
+        return nvtx.span(label, self.emitter)
+
+    def flush(self, never_opened: Sequence[Window]) -> None:
+        """Close the plan out with empty windows.
+
+        nsys 2022.4 writes the reports of ``repeat:N`` only when the N-th window closes; a
+        planned window that never opened (a phase not called, a run cut short) would hold every
+        report of this process back until it exits. The filler reports are deleted in
+        :meth:`collect`.
+        """
+        for window in never_opened:
+            self.open(window)
+            self.close(window)
+        self._fillers = len(never_opened)
+
+    def report_glob(self, pid: Optional[int] = None) -> str:
+        """Glob of this process's raw reports (``%p`` of the plan's output prefix = pid)."""
+        prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(self.plan.group),
+                                                rank=self.plan.rank)
+        prefix = prefix.replace("%p", str(pid or os.getpid()))
+        # "x_12.*nsys-rep" matches x_12.nsys-rep and x_12.3.nsys-rep, never pid 123's x_123...
+        return os.path.join(self.plan.raw_dir, prefix + ".*nsys-rep")
+
+    def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
+                timeout_s: float) -> List[WorkerReport]:
+        from verlprof.backends.nsys.cli import wait_for_reports
+
+        by_ordinal: Dict[int, str] = {}
+        total = len(opened) + self._fillers
+        if total:
+            waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S)
+            by_ordinal = ordinals([str(p) for p in waited.found])
+            for n in range(len(opened) + 1, total + 1):
+                _remove(by_ordinal.get(n))
+        out = []
+        for n, record in enumerate(opened, start=1):
+            raw = by_ordinal.get(n)
+            if raw is None:
+                out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
+                                 reason=f"nsys wrote no report for window {n} within "
+                                        f"{timeout_s:g}s", start_ns=record.start_ns,
+                                 end_ns=record.end_ns))
+            else:
+                out.append(worker_report(record.window, raw_path=raw, status=STATUS_OK,
+                                 start_ns=record.start_ns, end_ns=record.end_ns))
+        return out + never_opened_reports(never_opened)
+
+
+def ordinals(files: Sequence[str]) -> Dict[int, str]:
+    """Map nsys' report ordinal to file: ``x_12.3.nsys-rep`` → 3, ``x_12.nsys-rep`` → 1."""
+    out: Dict[int, str] = {}
+    for path in files:
+        match = _ORDINAL.search(os.path.basename(path))
+        if match:
+            out[int(match.group(2) or 1)] = path
+    return out
+
+
+def _remove(path: Optional[str]) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.remove(path)

@@ -1,0 +1,81 @@
+"""The controller's own nsys window: open while a planned step window is, when the controller
+process runs under the plan's nsys argv (``verlprof.runtime.launch.controller_options``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, Iterator, List
+
+from verlprof import paths
+from verlprof.backends.nsys import nvtx
+from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals
+from verlprof.backends.nsys.cli import wait_for_reports
+from verlprof.manifest import ReportEntry
+from verlprof.plan.model import ProfilePlan
+from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow
+
+
+class ControllerCapture:
+    """The controller's own nsys window, when this process runs under the plan's nsys argv."""
+
+    def __init__(self, plan: ProfilePlan):
+        self.plan = plan
+        self.attached = bool(plan.controller.launch_argv) and nvtx.get_emitter().enabled
+        self._handle: Any = None
+        self._windows: List[StepWindow] = []
+
+    def open(self, window: StepWindow) -> None:
+        if self.attached and self._handle is None:
+            self._handle = nvtx.capture_open()
+            self._windows.append(window)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            nvtx.capture_close(handle)
+
+    @contextmanager
+    def range(self, label: str) -> Iterator[None]:
+        if self._handle is None:
+            yield
+            return
+        with nvtx.span(label):
+            yield
+
+    def collect(self, timeout_s: float, node_id: str = "") -> List[ReportEntry]:
+        """Entries for the controller's planned windows (its reports are written in place)."""
+        if not self.attached:
+            return []
+        self.close()
+        opened = list(self._windows)
+        # like a worker, close the plan out so nsys writes its repeat:N reports now
+        fillers = [w for w in self.plan.controller.windows if w not in opened]
+        for window in fillers:
+            self.open(window)
+            self.close()
+        base = paths.CONTROLLER_OUTPUT_FORMAT.replace("%h", socket.gethostname()).replace(
+            "%p", str(os.getpid()))
+        pattern = os.path.join(self.plan.output_dir, paths.CONTROLLER_DIR, base + ".*nsys-rep")
+        waited = wait_for_reports(pattern, len(self.plan.controller.windows), timeout_s,
+                                  poll_s=REPORT_POLL_S)
+        by_ordinal = ordinals([str(p) for p in waited.found])
+        entries = []
+        for n, window in enumerate(opened + fillers, start=1):
+            path = by_ordinal.get(n)
+            if n > len(opened):
+                if path:
+                    os.remove(path)
+                path, reason = None, f"controller window {list(window)} never opened"
+            else:
+                reason = None if path else f"nsys wrote no report within {timeout_s:g}s"
+            relpath = (os.path.relpath(path, self.plan.output_dir) if path else
+                       f"{paths.CONTROLLER_DIR}/{base}.{n}{paths.EXTENSIONS['nsys']}")
+            entries.append(ReportEntry(
+                steps=window, group="controller", rank=0, component="controller",
+                backend="nsys", path=relpath, status=STATUS_OK if path else STATUS_MISSING,
+                host=socket.gethostname(), pid=os.getpid(), node_id=node_id,
+                bytes=os.path.getsize(path) if path else 0, reason=reason,
+                transfer="direct" if path else None))
+        return entries

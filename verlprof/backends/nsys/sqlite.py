@@ -1,0 +1,363 @@
+"""Reading an ``nsys export --type sqlite`` file directly (no ``nsys stats``, whose report names
+changed between versions).
+
+Schema facts used here, checked on exports of nsys 2022.4.2.1 (schema 3.0.0):
+
+* ``NVTX_EVENTS(start, end, eventType, rangeId, category, color, text, globalTid, endGlobalTid,
+  textId, domainId, ...)``. ``eventType``: 59 push/pop range, 60 start/end range, 34 mark,
+  75 ``NvtxDomainCreate`` (``text`` = domain name, ``domainId`` = its id), 76 domain destroy.
+  Registered strings have ``text`` NULL and ``textId`` → ``StringIds(id, value)``; ASCII
+  messages are inline in ``text``. Domain id 0 is the default domain (no create event). Every
+  report of a ``repeat`` capture run replays the domain-create events (with a negative start),
+  so each file is self-contained. A range still open when the capture stopped has ``end`` NULL.
+* ``globalTid`` = ``(pid << 24) | tid`` in its low 48 bits (``globalPid`` likewise with tid 0).
+* Times are integer ns on the *session* time base. ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``
+  is the wall clock (ns since the Unix epoch) of session time 0: an event at ``start`` happened
+  at ``utcEpochNs + start`` (checked against ``time.time_ns()`` in the profiled process: a few
+  microseconds apart). With capture ranges each report has its own session start (its window's
+  start). ``ANALYSIS_DETAILS(duration, startTime, stopTime)``: ``duration`` is the length of the
+  recorded interval ``[0, duration]``; ``startTime`` is on a base shared by all reports of one
+  nsys run (differences equal the differences of ``utcEpochNs``).
+* CPU-only reports have no ``CUPTI_ACTIVITY_KIND_KERNEL``/``..._MEMCPY`` tables (nor
+  ``NVTX_EVENTS`` when nvtx was not traced or nothing was emitted): readers return ``[]``.
+  Kernel/memcpy columns follow nsys' own 2022.4 report scripts (``gputrace.py``): ``start``,
+  ``end``, ``deviceId``, ``contextId``, ``streamId``, ``correlationId``, ``globalPid``,
+  ``demangledName``/``shortName`` (→ ``StringIds``), ``gridX..Z``, ``blockX..Z``; memcpy
+  ``bytes``, ``copyKind`` (→ ``ENUM_CUDA_MEMCPY_OPER``), ``srcKind``/``dstKind``
+  (→ ``ENUM_CUDA_MEM_KIND``). Absent columns read as ``None``.
+
+Every failure to read a file (missing, not SQLite, truncated, malformed) raises
+:class:`ReportReadError`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from verlprof.backends.reading import ReportReadError
+
+EVENT_MARK = 34
+EVENT_PUSH_POP = 59
+EVENT_START_END = 60
+EVENT_DOMAIN_CREATE = 75
+EVENT_DOMAIN_DESTROY = 76
+RANGE_EVENT_TYPES = (EVENT_PUSH_POP, EVENT_START_END)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_LOW24 = 0xFFFFFF
+
+PathLike = Union[str, Path]
+
+
+@dataclass(frozen=True)
+class NvtxRange:
+    """One NVTX range (or mark, with ``end_ns == start_ns``) on the session time base."""
+
+    text: str
+    start_ns: int
+    end_ns: int
+    domain: str
+    """Domain name; ``""`` for the default domain."""
+    thread_id: int
+    """OS thread id (``threading.get_native_id()``) that started it."""
+    event_type: int
+    """59 push/pop, 60 start/end, 34 mark."""
+    pid: int = 0
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def kind(self) -> str:
+        return {EVENT_PUSH_POP: "push_pop", EVENT_START_END: "start_end",
+                EVENT_MARK: "mark"}.get(self.event_type, str(self.event_type))
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """One GPU kernel execution (``CUPTI_ACTIVITY_KIND_KERNEL``)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    device_id: Optional[int]
+    context_id: Optional[int]
+    stream_id: Optional[int]
+    correlation_id: Optional[int]
+    pid: Optional[int]
+    grid: Tuple[Optional[int], Optional[int], Optional[int]]
+    block: Tuple[Optional[int], Optional[int], Optional[int]]
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class CudaMemcpy:
+    """One GPU memory copy (``CUPTI_ACTIVITY_KIND_MEMCPY``)."""
+
+    start_ns: int
+    end_ns: int
+    bytes: Optional[int]
+    copy_kind: str
+    """``"Host-to-Device"``, ``"Device-to-Host"``, ... (``ENUM_CUDA_MEMCPY_OPER.label``)."""
+    src_kind: Optional[str]
+    dst_kind: Optional[str]
+    device_id: Optional[int]
+    context_id: Optional[int]
+    stream_id: Optional[int]
+    correlation_id: Optional[int]
+    pid: Optional[int]
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class ReportTimeBounds:
+    """The recorded interval of a report, relative (session ns) and absolute (epoch ns)."""
+
+    start_ns: int
+    """Session-relative start of the recorded interval (0)."""
+    end_ns: int
+    """Session-relative end (``ANALYSIS_DETAILS.duration``, else the last event's end)."""
+    utc_epoch_ns: Optional[int]
+    """Wall clock of session time 0, ns since the Unix epoch (``None`` if the table is absent)."""
+    run_offset_ns: Optional[int] = None
+    """``ANALYSIS_DETAILS.startTime``: this report's start on the base shared by all reports of
+    one nsys run (orders the windows of a ``repeat`` capture run)."""
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def to_epoch_ns(self, t_ns: int) -> Optional[int]:
+        """Session time ``t_ns`` → ns since the Unix epoch (``None`` when unknown)."""
+        return None if self.utc_epoch_ns is None else self.utc_epoch_ns + t_ns
+
+    @property
+    def start_epoch_ns(self) -> Optional[int]:
+        return self.to_epoch_ns(self.start_ns)
+
+    @property
+    def end_epoch_ns(self) -> Optional[int]:
+        return self.to_epoch_ns(self.end_ns)
+
+
+_MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+                  4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device",
+                  7: "Device-to-Array", 8: "Device-to-Device", 9: "Host-to-Host",
+                  10: "Peer-to-Peer", 11: "Unified Host-to-Device",
+                  12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+
+
+@contextmanager
+def _open(path: PathLike) -> Iterator[sqlite3.Connection]:
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise ReportReadError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    if head != _SQLITE_MAGIC:
+        raise ReportReadError(f"{p}: not an SQLite file (empty, truncated or not an nsys "
+                              "sqlite export)")
+    try:
+        conn = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise ReportReadError(f"{p}: cannot open ({exc})") from exc
+    try:
+        yield conn
+    except sqlite3.Error as exc:
+        raise ReportReadError(f"{p}: unreadable nsys sqlite export ({exc})") from exc
+    finally:
+        conn.close()
+
+
+def _tables(conn: sqlite3.Connection) -> set:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set:
+    return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _col(cols: set, name: str, alias: Optional[str] = None, prefix: str = "") -> str:
+    return f"{prefix}{name}" if name in cols else f"NULL AS {alias or name}"
+
+
+def list_tables(sqlite_path: PathLike) -> List[str]:
+    """Names of the tables in an export (sorted)."""
+    with _open(sqlite_path) as conn:
+        return sorted(_tables(conn))
+
+
+def _domain_names(conn: sqlite3.Connection) -> Dict[int, str]:
+    names: Dict[int, str] = {0: ""}
+    rows = conn.execute("SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = ? "
+                        "AND domainId IS NOT NULL", (EVENT_DOMAIN_CREATE,)).fetchall()
+    for dom, text in rows:
+        names[int(dom)] = text or ""
+    return names
+
+
+def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
+                     include_marks: bool = False,
+                     event_types: Sequence[int] = RANGE_EVENT_TYPES) -> List[NvtxRange]:
+    """NVTX ranges of a report, sorted by start (then longest first).
+
+    ``domain`` keeps one domain (``""`` = default). Ranges with no end (still open when the
+    capture stopped) are skipped. ``include_marks`` adds marks as zero-length ranges. No
+    ``NVTX_EVENTS`` table (nvtx not traced, nothing emitted) → ``[]``.
+    """
+    types = list(event_types) + ([EVENT_MARK] if include_marks else [])
+    with _open(sqlite_path) as conn:
+        tables = _tables(conn)
+        if "NVTX_EVENTS" not in tables:
+            return []
+        cols = _columns(conn, "NVTX_EVENTS")
+        domains = _domain_names(conn) if "domainId" in cols else {0: ""}
+        text = "e.text" if "text" in cols else "NULL"
+        if "StringIds" in tables and "textId" in cols:
+            text_expr, join = f"coalesce({text}, s.value)", \
+                "LEFT JOIN StringIds s ON e.textId = s.id"
+        else:
+            text_expr, join = text, ""
+        dom = "e.domainId" if "domainId" in cols else "0"
+        tid = "e.globalTid" if "globalTid" in cols else "NULL"
+        marks = ", ".join("?" for _ in types)
+        sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
+               f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({marks}) "
+               f"ORDER BY e.start, e.end DESC")
+        rows = conn.execute(sql, types).fetchall()
+    out: List[NvtxRange] = []
+    for text_v, start, end, dom_id, gtid, etype in rows:
+        if start is None:
+            continue
+        if end is None:
+            if etype != EVENT_MARK:
+                continue
+            end = start
+        name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
+        if domain is not None and name != domain:
+            continue
+        g = int(gtid or 0)
+        out.append(NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
+                             (g >> 24) & _LOW24))
+    return out
+
+
+def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:
+    """GPU kernels of a report sorted by start; ``[]`` when the table is absent (CPU-only)."""
+    with _open(sqlite_path) as conn:
+        tables = _tables(conn)
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+            return []
+        c = _columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL")
+        strings = "StringIds" in tables
+        if strings and ("demangledName" in c or "shortName" in c):
+            parts = [f"(SELECT value FROM StringIds WHERE id = k.{n})"
+                     for n in ("demangledName", "shortName") if n in c]
+            name = f"coalesce({', '.join(parts + ['NULL'])})"
+        else:
+            name = "NULL"
+        fields = [name, "k.start", "k.end"] + [
+            _col(c, n, prefix="k.") for n in ("deviceId", "contextId", "streamId",
+                                               "correlationId", "globalPid", "gridX", "gridY",
+                                               "gridZ", "blockX", "blockY", "blockZ")]
+        rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                            "ORDER BY k.start").fetchall()
+    return [CudaKernel(r[0] or "", int(r[1]), int(r[2]), r[3], r[4], r[5], r[6],
+                       _pid(r[7]), (r[8], r[9], r[10]), (r[11], r[12], r[13]))
+            for r in rows if r[1] is not None and r[2] is not None]
+
+
+def _pid(global_pid: Optional[int]) -> Optional[int]:
+    return None if global_pid is None else (int(global_pid) >> 24) & _LOW24
+
+
+def _enum_labels(conn: sqlite3.Connection, tables: set, table: str) -> Dict[int, str]:
+    if table not in tables:
+        return {}
+    cols = _columns(conn, table)
+    label = "label" if "label" in cols else "name"
+    return {int(i): str(v) for i, v in conn.execute(f"SELECT id, {label} FROM {table}")}
+
+
+def read_memcpy(sqlite_path: PathLike) -> List[CudaMemcpy]:
+    """GPU memory copies of a report sorted by start; ``[]`` when the table is absent."""
+    with _open(sqlite_path) as conn:
+        tables = _tables(conn)
+        if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
+            return []
+        c = _columns(conn, "CUPTI_ACTIVITY_KIND_MEMCPY")
+        kinds = _enum_labels(conn, tables, "ENUM_CUDA_MEMCPY_OPER") or _MEMCPY_LABELS
+        mem = _enum_labels(conn, tables, "ENUM_CUDA_MEM_KIND")
+        fields = ["m.start", "m.end"] + [
+            _col(c, n, prefix="m.") for n in ("bytes", "copyKind", "srcKind", "dstKind",
+                                               "deviceId", "contextId", "streamId",
+                                               "correlationId", "globalPid")]
+        rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
+                            "ORDER BY m.start").fetchall()
+    out = []
+    for r in rows:
+        if r[0] is None or r[1] is None:
+            continue
+        kind = kinds.get(int(r[3]), f"kind {r[3]}") if r[3] is not None else "Unknown"
+        out.append(CudaMemcpy(int(r[0]), int(r[1]), r[2], kind,
+                              mem.get(int(r[4])) if r[4] is not None else None,
+                              mem.get(int(r[5])) if r[5] is not None else None,
+                              r[6], r[7], r[8], r[9], _pid(r[10])))
+    return out
+
+
+def report_time_bounds(sqlite_path: PathLike) -> ReportTimeBounds:
+    """Recorded interval of a report and the wall clock of its session time 0."""
+    with _open(sqlite_path) as conn:
+        tables = _tables(conn)
+        utc = None
+        if "TARGET_INFO_SESSION_START_TIME" in tables:
+            row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME "
+                               "LIMIT 1").fetchone()
+            utc = int(row[0]) if row and row[0] is not None else None
+        duration = offset = None
+        if "ANALYSIS_DETAILS" in tables:
+            cols = _columns(conn, "ANALYSIS_DETAILS")
+            if "duration" in cols:
+                sel = "duration, " + ("startTime" if "startTime" in cols else "NULL")
+                row = conn.execute(f"SELECT {sel} FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
+                if row:
+                    duration = int(row[0]) if row[0] is not None else None
+                    offset = int(row[1]) if row[1] is not None else None
+        if duration is None:
+            duration = _last_event_end(conn, tables)
+    return ReportTimeBounds(0, duration, utc, offset)
+
+
+def _last_event_end(conn: sqlite3.Connection, tables: set) -> int:
+    best = 0
+    for table in ("NVTX_EVENTS", "OSRT_API", "CUPTI_ACTIVITY_KIND_KERNEL",
+                  "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        if table in tables:
+            row = conn.execute(f"SELECT max(coalesce(end, start)) FROM {table}").fetchone()
+            if row and row[0] is not None:
+                best = max(best, int(row[0]))
+    return best
+
+
+def session_start_epoch_ns(sqlite_path: PathLike) -> Optional[int]:
+    """Wall clock (ns since the Unix epoch) of the report's session time 0."""
+    return report_time_bounds(sqlite_path).utc_epoch_ns
+
+
+__all__ = ["CudaKernel", "CudaMemcpy", "EVENT_DOMAIN_CREATE", "EVENT_MARK", "EVENT_PUSH_POP",
+           "EVENT_START_END", "NvtxRange", "ReportReadError", "ReportTimeBounds", "list_tables",
+           "read_cuda_kernels", "read_memcpy", "read_nvtx_ranges", "report_time_bounds",
+           "session_start_epoch_ns"]

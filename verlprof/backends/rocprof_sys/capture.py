@@ -1,0 +1,71 @@
+"""rocprof-sys, worker side (AMD GPUs; cannot run on these machines, see docs/backends.md).
+
+The process runs under ``rocprof-sys-python <args> --``. Windows toggle tracing through the
+rocprof-sys user API (``rocprofsys_user_start_trace``/``stop_trace`` in
+``librocprof-sys-user.so``) when it is loaded; phases are user regions. rocprof-sys writes its
+output directory when the process exits, so each planned window's entry points at the
+process's output directory and stays ``incomplete`` until that directory exists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Sequence
+
+from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
+from verlprof.plan.model import ProcessPlan, Window
+from verlprof.records import STATUS_INCOMPLETE, STATUS_OK, WorkerReport
+
+USER_LIBRARY = "librocprof-sys-user.so"
+
+
+def _user_api() -> Optional[Any]:
+    try:
+        return ctypes.CDLL(USER_LIBRARY)
+    except OSError:
+        return None
+
+
+class RocprofCapture(Capture):
+    def __init__(self, plan: ProcessPlan):
+        super().__init__(plan)
+        self.api = _user_api()
+
+    def open(self, window: Window) -> None:
+        if self.api is not None:
+            self.api.rocprofsys_user_start_trace()
+
+    def close(self, window: Window) -> None:
+        if self.api is not None:
+            self.api.rocprofsys_user_stop_trace()
+
+    @contextmanager
+    def phase(self, label: str) -> Iterator[None]:
+        if self.api is None:
+            yield
+            return
+        name = label.encode()
+        self.api.rocprofsys_user_push_region(name)
+        try:
+            yield
+        finally:
+            self.api.rocprofsys_user_pop_region(name)
+
+    def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
+                timeout_s: float) -> List[WorkerReport]:
+        prefix = os.environ.get("ROCPROFSYS_OUTPUT_PREFIX", "")
+        outputs = sorted(glob.glob(os.path.join(self.plan.raw_dir, f"{prefix}*")))
+        out: List[WorkerReport] = []
+        for record in opened:
+            if outputs:
+                out.append(worker_report(record.window, raw_path=outputs[0], status=STATUS_OK,
+                                 start_ns=record.start_ns, end_ns=record.end_ns))
+            else:
+                out.append(worker_report(record.window, raw_path=None, status=STATUS_INCOMPLETE,
+                                 reason="rocprof-sys writes its output when the process exits",
+                                 start_ns=record.start_ns, end_ns=record.end_ns))
+        return out + never_opened_reports(never_opened)
+

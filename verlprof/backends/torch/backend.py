@@ -1,0 +1,42 @@
+"""The PyTorch profiler: in-process, one Chrome trace per window; nothing is wrapped."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
+
+if TYPE_CHECKING:
+    from verlprof.backends.reading import ReportData
+    from verlprof.config.schema import ProfilingConfig
+    from verlprof.config.topology import GroupTopology, Topology
+    from verlprof.plan.model import ProcessPlan
+
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    has_reader = True
+
+    def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
+                      rank: int, windows: int, warnings: List[str]) -> Launch:
+        return Launch(capture_options=asdict(config.torch))
+
+    def capture(self, plan: ProcessPlan) -> Capture:
+        from verlprof.backends.torch.capture import TorchCapture
+
+        return TorchCapture(plan)
+
+    def read(self, path: str, *, index: int, window_start_ns: Optional[int],
+             timeout_s: float) -> ReportData:
+        from verlprof.backends.torch.read import read_torch_trace
+
+        return read_torch_trace(path, index=index, fallback_start_ns=window_start_ns)
+
+    def open_hints(self, path: str) -> List[Tuple[str, str]]:
+        return [("", f"{PERFETTO_URL} > Open trace file > {shlex.quote(path)}")]
+
+
+BACKEND = TorchBackend()

@@ -1,0 +1,125 @@
+"""Read a torch.profiler Chrome trace (``*.pt.trace.json.gz``) into a :class:`ReportData`.
+
+Phase ranges are ``record_function("<role>/<phase>")`` events (``ph: "X"``, category
+``user_annotation``), step marks are ``ProfilerStep#<n>``. Chrome-trace times are µs; torch
+2.x writes them relative to a top-level ``baseTimeNanoseconds`` (wall clock, ns since the
+epoch), so ``absolute_ns = baseTimeNanoseconds + ts * 1000``. Older traces without it used
+epoch µs directly. GPU kernels (category ``kernel``) and memcpys (``gpu_memcpy``) are
+attributed to the phase whose CPU range launched them (via the ``correlation`` argument of the
+``cuda_runtime`` launch event).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from verlprof.backends.reading import RawRange, ReportData, StepMark, attribute
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_CPU_CATEGORIES = ("user_annotation", "cpu_op", None)
+_EPOCH_US = 1e15
+"""Timestamps above this (2001-09 in µs) are epoch µs already (traces without a base time)."""
+
+
+def read_torch_trace(path: str, index: int = 0,
+                     fallback_start_ns: Optional[int] = None) -> ReportData:
+    """Read one trace; every failure becomes ``ReportData(error=...)``, never an exception."""
+    began = time.monotonic()
+    try:
+        data = _load(path)
+        ranges, marks, window = _parse(data, fallback_start_ns)
+    except Exception as err:  # noqa: BLE001 - any failure makes the report unreadable
+        return ReportData(index=index, error=_one_line(err), seconds=time.monotonic() - began)
+    return ReportData(index=index, ranges=tuple(ranges), marks=tuple(marks), window=window,
+                      seconds=time.monotonic() - began)
+
+
+def _load(path: str) -> Dict[str, Any]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    if isinstance(data, list):  # bare event array, also valid Chrome trace JSON
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError("not a Chrome trace (no traceEvents list)")
+    return data
+
+
+def _parse(data: Dict[str, Any], fallback_start_ns: Optional[int]
+           ) -> Tuple[List[RawRange], List[StepMark], Optional[Tuple[int, int]]]:
+    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+              and isinstance(e.get("ts"), (int, float))]
+    base = _base_ns(data, events, fallback_start_ns)
+
+    def ns(us: float) -> int:
+        return base + int(round(float(us) * 1000.0))
+
+    phases: List[Tuple[str, int, int]] = []
+    marks: List[StepMark] = []
+    launches: Dict[Any, int] = {}
+    kernels: List[Tuple[Any, int, int]] = []
+    copies: List[Tuple[Any, int, int]] = []
+    gpu_seen = False
+    lo: Optional[int] = None
+    hi: Optional[int] = None
+    for event in events:
+        start = ns(event["ts"])
+        end = start + int(round(float(event.get("dur", 0)) * 1000.0))
+        lo = start if lo is None else min(lo, start)
+        hi = end if hi is None else max(hi, end)
+        name = str(event.get("name", ""))
+        cat = event.get("cat")
+        args = event.get("args") or {}
+        if cat == "kernel":
+            gpu_seen = True
+            kernels.append((args.get("correlation"), start, end - start))
+        elif cat == "gpu_memcpy":
+            gpu_seen = True
+            copies.append((args.get("correlation"), start, end - start))
+        elif cat == "cuda_runtime":
+            if "correlation" in args:
+                launches[args["correlation"]] = start
+        elif cat in _CPU_CATEGORIES:
+            step = _STEP.match(name)
+            if step:
+                marks.append(StepMark(int(step.group(1)), start, end))
+            elif "/" in name and cat != "cpu_op":
+                phases.append((name, start, end))
+
+    def refs(items: List[Tuple[Any, int, int]]) -> Optional[List[Tuple[int, int]]]:
+        if not gpu_seen:
+            return None
+        return [(launches.get(corr, start), dur) for corr, start, dur in items]
+
+    spans = [(s, e) for _, s, e in phases]
+    kern = attribute(spans, refs(kernels))
+    mem = attribute(spans, refs(copies))
+    ranges = [RawRange(name, s, e, kernel_ns=k[0], kernel_count=k[1], memcpy_ns=m[0])
+              for (name, s, e), k, m in zip(phases, kern, mem)]
+    window = (lo, hi) if lo is not None and hi is not None else None
+    return ranges, marks, window
+
+
+def _base_ns(data: Dict[str, Any], events: List[Dict[str, Any]],
+             fallback_start_ns: Optional[int]) -> int:
+    base = data.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and base > 0:
+        return int(base)
+    if not events:
+        return 0
+    first = min(float(e["ts"]) for e in events)
+    if first >= _EPOCH_US:
+        return 0
+    if fallback_start_ns is not None:  # align the trace's first event with the window start
+        return int(fallback_start_ns) - int(round(first * 1000.0))
+    return 0
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    detail = text[0] if text else ""
+    return f"{type(err).__name__}: {detail}" if detail else type(err).__name__

@@ -1,0 +1,155 @@
+"""The profiling plan: a pure function from (config, topology) to everything that will happen.
+
+``build_plan`` decides, before any process starts: which steps are captured and how they group
+into windows, which rank of which group is selected and in which mode, which roles' phases open
+discrete windows, the exact launch argv of each wrapped rank (with ``repeat:N`` equal to the
+windows that process will open), and the contract path of every report. The controller, the
+workers and collection only execute it; none of them re-derives a decision.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from verlprof import paths
+from verlprof.backends import Backend, get_backend
+from verlprof.config.schema import ComponentConfig, ProfilingConfig
+from verlprof.config.topology import GroupTopology, Topology
+from verlprof.errors import ConfigError
+from verlprof.plan.model import (
+    PHASE_ORDER,
+    ROLE_PHASES,
+    ControllerPlan,
+    ProcessPlan,
+    ProfilePlan,
+    Report,
+    RunPolicy,
+    Window,
+)
+from verlprof.records import Mode, StepWindow
+
+
+def group_step_windows(steps: Tuple[int, ...], continuous: bool) -> Tuple[Tuple[int, ...], ...]:
+    """Split sorted steps into windows: runs of consecutive steps when continuous."""
+    windows: List[List[int]] = []
+    for step in sorted(steps):
+        if continuous and windows and windows[-1][-1] == step - 1:
+            windows[-1].append(step)
+        else:
+            windows.append([step])
+    return tuple(tuple(w) for w in windows)
+
+
+def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
+    """The plan for ``config`` on ``topology``. Pure: no Ray, no I/O, no clock.
+
+    Raises :class:`ConfigError` naming the full key for choices the topology makes invalid
+    (a rank beyond its group's world size, colocated roles disagreeing on discrete mode).
+    """
+    warnings: List[str] = []
+    _check_ranks(config, topology, warnings)
+    windows = group_step_windows(config.steps, config.continuous_steps)
+    backend = get_backend(config.tool)
+    processes: List[ProcessPlan] = []
+    controller = ControllerPlan()
+    if config.active:
+        backend.check(config, topology)
+        for group in topology.groups:
+            mode = _group_mode(config, group)
+            for rank in range(group.world_size):
+                selecting = tuple(r for r in group.roles
+                                  if _selects(config.components.get(r), rank))
+                if selecting:
+                    processes.append(_process_plan(config, topology, backend, group, rank,
+                                                   selecting, mode, windows, warnings))
+        controller = _controller_plan(config, topology, backend, windows, warnings)
+    return ProfilePlan(
+        enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
+        step_windows=windows, groups=topology.groups, processes=tuple(processes),
+        controller=controller, source=config.source, warnings=tuple(dict.fromkeys(warnings)),
+        worker_options_key=config.nsys.worker_options_key,
+        controller_options_key=config.nsys.controller_options_key,
+        policy=RunPolicy(on_rank_failure=config.on_rank_failure,
+                         rpc_timeout_s=config.rpc_timeout_s,
+                         finalize_timeout_s=config.finalize_timeout_s))
+
+
+def _selects(component: ComponentConfig, rank: int) -> bool:
+    return component.all_ranks or rank in component.ranks
+
+
+def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:
+    for role in ("actor", "rollout", "ref", "critic", "rm"):
+        component = config.components.get(role)
+        group = topology.group_of(role)
+        if group is None:
+            if component.selects_any:
+                warnings.append(f"{component.ranks_key or role}: the {role} role is not deployed "
+                                f"in this run, so nothing of it is profiled")
+            continue
+        for rank in component.ranks:
+            if rank >= group.world_size:
+                raise ConfigError(component.ranks_key or f"{role}.profile_ranks",
+                                  f"rank {rank} is outside world size {group.world_size}")
+
+
+def _group_mode(config: ProfilingConfig, group: GroupTopology) -> Mode:
+    """Colocated roles share one process and one capture, so they must agree on discrete."""
+    deciding = [config.components.get(r) for r in group.roles
+                if config.components.get(r).selects_any]
+    for first, other in zip(deciding, deciding[1:]):
+        if first.discrete != other.discrete:
+            raise ConfigError(other.discrete_key or "profile_discrete",
+                              f"{str(other.discrete).lower()}, but {first.discrete_key} is "
+                              f"{str(first.discrete).lower()}; roles colocated in {group.name} "
+                              f"share one process and one capture, so they must agree")
+    return "discrete" if deciding and deciding[0].discrete else "whole"
+
+
+def _phases(config: ProfilingConfig, role: str) -> Tuple[str, ...]:
+    phases = config.phases.get(role, ROLE_PHASES[role])
+    rank = {p: i for i, p in enumerate(PHASE_ORDER)}
+    return tuple(sorted(phases, key=lambda p: rank.get(p, len(PHASE_ORDER))))
+
+
+def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
+                     roles: Tuple[str, ...], mode: Mode,
+                     step_windows: Tuple[StepWindow, ...]) -> Tuple[Window, ...]:
+    def report(steps: StepWindow, component: str, role: Optional[str] = None,
+               phase: Optional[str] = None) -> Report:
+        path = paths.report_relpath(config.filename_template, steps, component, rank, config.tool)
+        return Report(steps=steps, group=group.name, rank=rank, component=component,
+                      backend=config.tool, path=path, role=role, phase=phase,
+                      roles=(role,) if role else roles)
+
+    if mode == "whole":
+        return tuple(Window(steps=w, report=report(w, group.name)) for w in step_windows)
+    calls = [(role, phase) for role in roles for phase in _phases(config, role)]
+    order = {p: i for i, p in enumerate(PHASE_ORDER)}
+    calls.sort(key=lambda rp: order.get(rp[1], len(PHASE_ORDER)))
+    return tuple(Window(steps=(step,), role=role, phase=phase,
+                        report=report((step,), paths.discrete_component(role, phase), role,
+                                      phase))
+                 for (step,) in step_windows for role, phase in calls)
+
+
+def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
+                  group: GroupTopology, rank: int, selecting: Tuple[str, ...], mode: Mode,
+                  step_windows: Tuple[StepWindow, ...], warnings: List[str]) -> ProcessPlan:
+    windows = _process_windows(config, group, rank, selecting, mode, step_windows)
+    launch = backend.worker_launch(config, topology, group, rank, len(windows), warnings)
+    return ProcessPlan(group=group.name, rank=rank, roles=group.roles, selected_roles=selecting,
+                       mode=mode, backend=config.tool, windows=windows, launch_argv=launch.argv,
+                       launch_env=dict(launch.env),
+                       raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
+                       world_size=group.world_size,
+                       capture_options=dict(launch.capture_options))
+
+
+def _controller_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
+                     windows: Tuple[StepWindow, ...], warnings: List[str]) -> ControllerPlan:
+    launch = backend.controller_launch(config, topology, len(windows), warnings)
+    if launch is None:
+        return ControllerPlan()
+    return ControllerPlan(launch_argv=launch.argv, launch_env=dict(launch.env), windows=windows,
+                          output_glob=f"{paths.CONTROLLER_DIR}/controller_*{backend.extension}")

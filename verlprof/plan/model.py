@@ -1,0 +1,181 @@
+"""The plan's model: what will be profiled, as frozen records (the output of ``build_plan``).
+
+A :class:`ProfilePlan` is built once, on the driver, by :func:`verlprof.plan.build.build_plan`;
+everything downstream (launch, controller, workers, collection) reads it and decides nothing.
+Each selected process receives its :class:`ProcessPlan` over Ray.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+import dacite
+
+from verlprof.config.topology import GroupTopology
+from verlprof.records import Mode, OnRankFailure, ReportIdentity, StepWindow, Tool
+
+ROLE_PHASES: Dict[str, Tuple[str, ...]] = {
+    "rollout": ("generate_sequences",),
+    "actor": ("compute_log_prob", "update_actor"),
+    "ref": ("compute_ref_log_prob",),
+    "critic": ("compute_values", "update_critic"),
+    "rm": ("compute_rm_score",),
+}
+"""Annotated phases of each role in a PPO step (``trainer.profiler.phases`` overrides)."""
+
+PHASE_ORDER = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob",
+               "compute_values", "compute_rm_score", "update_critic", "update_actor")
+"""The order phases run in within a PPO step (plan listings follow it)."""
+
+
+Report = ReportIdentity
+"""One report the plan expects to exist when the run ends (see :class:`ReportIdentity`)."""
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How the controller behaves under faults (``trainer.profiler.*``; arguments of
+    :class:`~verlprof.runtime.controller.ProfileController` override them)."""
+
+    on_rank_failure: OnRankFailure = "continue"
+    """``continue``: record a failed rank and carry on; ``raise``: stop every window and raise."""
+    rpc_timeout_s: float = 120.0
+    """Seconds a start/stop RPC to a rank is waited for."""
+    finalize_timeout_s: float = 300.0
+    """Seconds each rank may take to finish writing its reports at the end."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One capture window a process opens, in the order it opens them."""
+
+    steps: StepWindow
+    """Training steps of the window (one, or a consecutive run when continuous)."""
+    report: Report
+    """The report this window produces."""
+    role: Optional[str] = None
+    """Discrete windows: the role whose phase opens it."""
+    phase: Optional[str] = None
+    """Discrete windows: the phase that opens it (the first call of it in the step)."""
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """What one selected worker process does. Unselected processes have no plan at all."""
+
+    group: str
+    """Worker group (``actor_rollout_ref``, ``critic``, ``rm``, or a role without hybrid)."""
+    rank: int
+    """Rank within the group."""
+    roles: Tuple[str, ...]
+    """Roles colocated in this process."""
+    selected_roles: Tuple[str, ...]
+    """Roles whose config selects this rank (only their phases open discrete windows)."""
+    mode: Mode
+    """``whole`` (one window per step window) or ``discrete`` (one per phase call)."""
+    backend: Tool
+    """Backend of this process."""
+    windows: Tuple[Window, ...]
+    """Every window this process opens, in order."""
+    launch_argv: Tuple[str, ...] = ()
+    """Command prefix placed before the interpreter (empty: not wrapped)."""
+    launch_env: Dict[str, str] = field(default_factory=dict)
+    """Environment the wrapped process needs."""
+    raw_dir: str = ""
+    """Where the process writes before collection renames its reports."""
+    world_size: int = 1
+    """World size of the process's group (recorded in torch traces)."""
+    capture_options: Dict[str, Any] = field(default_factory=dict)
+    """Settings the in-process backend applies to each window (torch: ``record_shapes``,
+    ``profile_memory``, ``with_stack``, ``cuda``)."""
+
+    @property
+    def reports(self) -> Tuple[Report, ...]:
+        """Reports this process is expected to produce."""
+        return tuple(w.report for w in self.windows)
+
+
+@dataclass(frozen=True)
+class ControllerPlan:
+    """The controller's own capture (only when controller options are set, nsys only)."""
+
+    launch_argv: Tuple[str, ...] = ()
+    """``nsys profile ...`` prefix for the controller process (empty: not profiled)."""
+    launch_env: Dict[str, str] = field(default_factory=dict)
+    """Environment for the wrapped controller."""
+    windows: Tuple[Tuple[int, ...], ...] = ()
+    """Step windows the controller captures (bounded to the profiled steps)."""
+    output_glob: str = ""
+    """Glob (relative to output_dir) matching the controller's reports."""
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """Everything that will be profiled, decided before the run starts."""
+
+    enabled: bool
+    """False when nothing is profiled (no steps, disabled, or no rank selected)."""
+    tool: Tool
+    """Backend for every selected process."""
+    output_dir: str
+    """Absolute output directory."""
+    step_windows: Tuple[Tuple[int, ...], ...]
+    """Step windows in order: ``((1, 2), (5,))`` when continuous, else one step each."""
+    groups: Tuple[GroupTopology, ...]
+    """All worker groups of the run (selected or not)."""
+    processes: Tuple[ProcessPlan, ...]
+    """Selected processes only."""
+    controller: ControllerPlan
+    """The controller's own capture."""
+    source: str = "seed"
+    """Config layout the plan was built from."""
+    warnings: Tuple[str, ...] = ()
+    """Settings that had no effect, one line each."""
+    worker_options_key: str = "trainer.worker_nsight_options"
+    """Config key of the workers' launch options (named by errors about their command)."""
+    controller_options_key: str = "trainer.controller_nsight_options"
+    """Config key of the controller's launch options (named by errors about its command)."""
+    policy: RunPolicy = field(default_factory=RunPolicy)
+    """How the controller behaves under faults (from ``trainer.profiler``)."""
+
+    @property
+    def steps(self) -> Tuple[int, ...]:
+        """Every profiled step."""
+        return tuple(s for window in self.step_windows for s in window)
+
+    def process(self, group: str, rank: int) -> Optional[ProcessPlan]:
+        """The plan of (group, rank), or None when that process is not profiled."""
+        return next((p for p in self.processes if p.group == group and p.rank == rank), None)
+
+    def window_starting_at(self, step: int) -> Optional[Tuple[int, ...]]:
+        """The step window that opens at ``step``, if any."""
+        return next((w for w in self.step_windows if w[0] == step), None)
+
+    def window_after(self, window: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+        """The step window that follows ``window`` in order (None after the last)."""
+        if window not in self.step_windows:
+            return None
+        index = self.step_windows.index(window) + 1
+        return self.step_windows[index] if index < len(self.step_windows) else None
+
+    def window_ending_at(self, step: int) -> Optional[Tuple[int, ...]]:
+        """The step window that closes after ``step``, if any."""
+        return next((w for w in self.step_windows if w[-1] == step), None)
+
+    @property
+    def reports(self) -> Tuple[Report, ...]:
+        """Every worker report expected, in plan order."""
+        return tuple(r for p in self.processes for r in p.reports)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` inverts it exactly."""
+        return asdict(self)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> ProfilePlan:
+        return dacite.from_dict(cls, data, config=dacite.Config(cast=[tuple], strict=True))

@@ -1,0 +1,117 @@
+"""Typed records that cross a process boundary or a file, and the closed choices they use.
+
+Everything the controller sends a worker, every reply a worker sends back, and every entry of
+``manifest.json`` is one of these frozen dataclasses, built by keyword. A report has one
+identity (:class:`ReportIdentity`) from the plan through the worker's reply into the manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Tuple
+
+Tool = Literal["nsys", "torch", "rocprof_sys"]
+"""A profiling backend."""
+Mode = Literal["whole", "discrete"]
+"""``whole``: one window per step window; ``discrete``: one per planned phase call."""
+Trigger = Literal["cuda", "nvtx"]
+"""What opens an nsys capture range: ``cudaProfilerApi`` or the verlprof NVTX range."""
+Status = Literal["ok", "missing", "incomplete"]
+"""What became of a planned report."""
+OnRankFailure = Literal["continue", "raise"]
+"""What the controller does when a rank fails or dies."""
+Transfer = Literal["rename", "ray", "direct"]
+"""How a report reached output_dir."""
+StartReply = Literal["started", "already-started", "not-planned", "finalized", "not-configured"]
+"""A worker's answer to ``verlprof_start``."""
+StopReply = Literal["stopped", "not-started", "not-configured"]
+"""A worker's answer to ``verlprof_stop``."""
+
+STATUS_OK: Status = "ok"
+STATUS_MISSING: Status = "missing"
+STATUS_INCOMPLETE: Status = "incomplete"
+STATUSES: Tuple[Status, ...] = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
+ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = ("continue", "raise")
+
+StepWindow = Tuple[int, ...]
+"""Training steps one window covers: one step, or a consecutive run when continuous."""
+Target = Tuple[str, int]
+"""(group, rank) of a worker process."""
+
+
+@dataclass(frozen=True)
+class ReportIdentity:
+    """Which report this is: the same record in the plan, a worker's reply and the manifest."""
+
+    steps: StepWindow
+    """Steps the report covers (several for a continuous window)."""
+    group: str
+    """Worker group of the process (``actor_rollout_ref``, ``critic``, ...) or ``controller``."""
+    rank: int
+    """Rank within the group (0 for the controller)."""
+    component: str
+    """Path component: the group (whole-step) or ``<role>.<phase>`` (discrete)."""
+    backend: Tool
+    """Backend that writes it."""
+    path: str
+    """Contract path relative to output_dir (``{host}``/``{pid}`` still to fill in the plan)."""
+    role: Optional[str] = None
+    """Role whose phase opened the window (discrete only)."""
+    phase: Optional[str] = None
+    """Phase (annotated method) that opened the window (discrete only)."""
+    roles: Tuple[str, ...] = ()
+    """Roles whose phases the report holds (every selected role colocated in the process for a
+    whole-step report; the one role for a discrete report)."""
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Where a worker process runs, and whether a profiler wraps it."""
+
+    host: str
+    pid: int
+    node_id: str = ""
+    """Ray node id ("" outside Ray)."""
+    under_profiler: bool = False
+    """True when nsys or rocprof-sys launched the process."""
+    profiler_pid: Optional[int] = None
+    """Pid of that nsys / rocprof-sys process."""
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """A worker's answer to ``verlprof_configure`` and ``verlprof_status``."""
+
+    identity: ProcessIdentity
+    configured: bool = False
+    """False on a process the controller never configured (not selected)."""
+    armed: Optional[StepWindow] = None
+    """The step window armed (discrete) or open (whole), if any."""
+    open_window: Optional[str] = None
+    """Contract path of the window open right now."""
+    opened: int = 0
+    """Windows opened so far."""
+    pending: int = 0
+    """Planned windows not opened yet."""
+    next: Optional[StepWindow] = None
+    """The step window a start without arguments would open."""
+    ignored: Tuple[str, ...] = ()
+    """Starts that were ignored, one line each (repeats, unplanned steps)."""
+    finalized: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """A worker's account of one planned report, before collection moves the file."""
+
+    report: ReportIdentity
+    status: Status
+    raw_path: Optional[str] = None
+    """Where the backend wrote it on the worker's node (None when missing)."""
+    bytes: int = 0
+    reason: Optional[str] = None
+    """Why it is missing or incomplete."""
+    window_start_ns: Optional[int] = None
+    window_end_ns: Optional[int] = None
+    where: ProcessIdentity = field(default_factory=lambda: ProcessIdentity(host="", pid=0))
+    """The process that wrote it."""

@@ -1,0 +1,349 @@
+"""The controller: executes the plan's step windows against the live worker groups.
+
+::
+
+    controller = ProfileController(plan)            # logs host and pid; preflight checks
+    controller.register_group("actor_rollout_ref", actors)
+    with controller:                                 # SIGTERM/Ctrl-C: stop, finalize, exit
+        for step in range(1, total + 1):
+            with controller.step(step):
+                ...                                  # the trainer's step
+    manifest = controller.finalize()                 # reports gathered, manifest written
+
+Only the planned ranks receive RPCs, in parallel, with a timeout; a failure names the rank.
+``step`` always stops what it started, also on exceptions and KeyboardInterrupt.
+
+What happens under faults (docs/reliability.md, proved by tests/faults/):
+
+* A rank that dies or whose RPC fails is named in one line (``<group> rank <R>: ...``), in the
+  log and the manifest's warnings. ``on_rank_failure="continue"`` (default) stops profiling a
+  dead rank and carries on: its reports become ``missing`` with the reason. ``"raise"`` stops
+  every other window and raises :class:`~verlprof.errors.ProfilingRuntimeError` (``.group``,
+  ``.rank``) at the next step boundary.
+* An RPC that does not answer within ``rpc_timeout_s`` (a rank busy in a long call) is named and
+  never waited for twice: later RPCs are still sent, so they run in order when the rank is free
+  (a late start is always followed by its stop), but the controller does not block on them.
+* A planned window opens at most once per controller: a step repeated or going backwards (a
+  retry, a checkpoint resume) captures nothing new; a step outside the open window closes it; a
+  step after the last window and any step after :meth:`finalize` do nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
+
+from verlprof import __version__, paths
+from verlprof.backends.nsys.controller_capture import ControllerCapture
+from verlprof.errors import ProfilingRuntimeError
+from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
+from verlprof.plan.model import ProfilePlan
+from verlprof.records import (
+    ON_RANK_FAILURE,
+    OnRankFailure,
+    ProcessIdentity,
+    SessionStatus,
+    StepWindow,
+    Target,
+    WorkerReport,
+)
+from verlprof.runtime.collect import move_all, partial_reports, unreachable_reports
+from verlprof.runtime.preflight import preflight as check_before_start
+from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
+from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
+from verlprof.runtime.teardown import settle_on_nodes
+from verlprof.worker.identity import node_id
+
+__all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "describe_error"]
+
+logger = logging.getLogger("verlprof")
+
+
+class ProfileController:
+    """Drives start/stop of the planned windows and gathers the reports at the end.
+
+    ``on_rank_failure``, ``rpc_timeout_s`` and ``finalize_timeout_s`` default to the plan's
+    :class:`~verlprof.plan.model.RunPolicy` (``trainer.profiler.*`` in the YAML); an argument
+    overrides it. ``on_rank_failure``: ``"continue"`` records a failed or dead rank, stops
+    profiling it and carries on; ``"raise"`` stops the other windows and raises
+    :class:`~verlprof.errors.ProfilingRuntimeError` naming the rank. ``handle_signals``: inside
+    ``with controller:`` (main thread only) SIGTERM and Ctrl-C stop every window and finalise
+    the reports before the signal takes effect. ``preflight``: ``True`` checks the output
+    directory and dry-runs each nsys command before any worker starts (see
+    :func:`verlprof.runtime.preflight.preflight`), ``"quick"`` skips the dry run, ``False`` checks
+    nothing. ``rpc``: the layer that reaches the ranks (default: Ray actor calls,
+    :class:`~verlprof.runtime.rank_rpc.RankCalls`); tests pass in-process fake ranks.
+    """
+
+    def __init__(self, plan: ProfilePlan, *, rpc_timeout_s: Optional[float] = None,
+                 finalize_timeout_s: Optional[float] = None, echo: bool = True,
+                 on_rank_failure: Optional[OnRankFailure] = None, handle_signals: bool = True,
+                 preflight: Union[bool, str] = True, preflight_timeout_s: float = 60.0,
+                 rpc: Optional[RankRPC] = None):
+        policy = plan.policy
+        on_rank_failure = policy.on_rank_failure if on_rank_failure is None else on_rank_failure
+        if on_rank_failure not in ON_RANK_FAILURE:
+            raise ValueError(f"on_rank_failure must be one of {', '.join(ON_RANK_FAILURE)}, "
+                             f"not {on_rank_failure!r}")
+        self.plan = plan
+        self.finalize_timeout_s = (policy.finalize_timeout_s if finalize_timeout_s is None
+                                   else finalize_timeout_s)
+        self.on_rank_failure: OnRankFailure = on_rank_failure
+        self.handle_signals = handle_signals
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self._rpc: RankRPC = rpc if rpc is not None else RankCalls(
+            policy.rpc_timeout_s if rpc_timeout_s is None else rpc_timeout_s)
+        self._identity: Dict[Target, ProcessIdentity] = {}
+        self._started: Dict[Target, StepWindow] = {}
+        self._next: Dict[Target, Optional[StepWindow]] = {}
+        self._open: Optional[StepWindow] = None
+        self._done_windows: Set[StepWindow] = set()
+        self._warnings: List[str] = list(plan.warnings)
+        self._finalized: Optional[Manifest] = None
+        self._signals = SignalGuard()
+        line = f"verlprof controller: host={self.host} pid={self.pid}"
+        logger.info(line)
+        if echo:
+            print(line, flush=True)
+        if preflight:
+            check_before_start(plan, timeout_s=preflight_timeout_s, dry_run=preflight != "quick")
+        self._controller = ControllerCapture(plan)
+        if self._controller.attached:
+            # nsys does not create its -o directory: it would write to /tmp instead
+            os.makedirs(os.path.join(plan.output_dir, paths.CONTROLLER_DIR), exist_ok=True)
+        if plan.controller.launch_argv and not self._controller.attached:
+            self._warnings.append(
+                "trainer.controller_nsight_options is set but this controller does not run "
+                "under nsys; start it with verlprof.runtime.launch.controller_options(plan)")
+
+    @property
+    def rpc_timeout_s(self) -> float:
+        """How long an RPC to a rank is waited for (finalize waits longer)."""
+        return self._rpc.rpc_timeout_s
+
+    # -- wiring ----------------------------------------------------------------------------
+    def register_group(self, name: str, actors: Sequence[Any]) -> None:
+        """Attach a worker group (``actors[r]`` is rank ``r``); configures its planned ranks."""
+        group = next((g for g in self.plan.groups if g.name == name), None)
+        if group is None:
+            raise ProfilingRuntimeError(f"group {name!r} is not in the plan "
+                                        f"({', '.join(g.name for g in self.plan.groups)})")
+        if len(actors) != group.world_size:
+            raise ProfilingRuntimeError(f"group {name!r} has {len(actors)} actors but the plan "
+                                        f"expects world size {group.world_size}")
+        targets = []
+        for process in self.plan.processes:
+            if process.group == name:
+                self._rpc.actors[(name, process.rank)] = actors[process.rank]
+                targets.append((name, process.rank))
+        plans = {(p.group, p.rank): p for p in self.plan.processes}
+        statuses, errors = self._rpc.call("verlprof_configure", targets, lambda t: (plans[t],))
+        for target, status in statuses.items():
+            reply: SessionStatus = status
+            self._identity[target] = reply.identity
+            self._next[target] = reply.next
+        self._on_errors(errors)
+
+    @property
+    def targets(self) -> List[Target]:
+        """Registered planned processes, in plan order."""
+        return [(p.group, p.rank) for p in self.plan.processes
+                if (p.group, p.rank) in self._rpc.actors]
+
+    @property
+    def failed_ranks(self) -> Dict[Target, str]:
+        """(group, rank) → why, for every rank that died (it is never asked again). Ranks whose
+        RPC raised or timed out are named in the log and the manifest's warnings, and are still
+        asked (their later calls run in order once they are free)."""
+        return dict(self._rpc.failed)
+
+    # -- steps -----------------------------------------------------------------------------
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Profile ``step`` as planned: open windows that start here, close those that end.
+
+        Idempotent across repeats: a window opens at most once, so a repeated or backwards
+        step (retry, checkpoint resume) records nothing new; a step outside the open window
+        closes it first. After :meth:`finalize` it does nothing.
+        """
+        if self._finalized is not None:
+            yield
+            return
+        if self._open is not None and step not in self._open:
+            self.stop_all()
+        window = self.plan.window_starting_at(step)
+        if window is not None and window not in self._done_windows:
+            self._done_windows.add(window)
+            self._open = window
+            self._controller.open(window)
+            self._start(window)
+        with self._controller.range(f"step/{step}"):
+            try:
+                yield
+            except BaseException:
+                with self._signals.shield():
+                    self.stop_all(raise_errors=False)
+                raise
+        if self._open is not None and self._open[-1] == step:
+            self.stop_all()
+
+    @contextmanager
+    def range(self, label: str) -> Iterator[None]:
+        """A controller-side range ``controller/<label>`` (recorded in the controller report)."""
+        with self._controller.range(f"controller/{label}"):
+            yield
+
+    def _start(self, window: StepWindow) -> None:
+        """Start ``window`` on every live target. A worker whose next planned window is this
+        one (as mirrored in ``_next``) gets ``verlprof_start()`` without arguments: Ray
+        serialises each argument of each call, which made a start+stop fan-out cost about 1.37x
+        a bare no-op fan-out instead of about 1.0x (benchmarks/p2_fanout.py). The mirror holds
+        because each worker runs this controller's calls in order; a rank with an error gets
+        the explicit form until it answers again."""
+        targets = [t for t in self.targets if t not in self._rpc.failed]
+        for target in targets:  # also the late ones: their stop must follow their start
+            self._started[target] = window
+        implicit = {t for t in targets if self._next.get(t) == window}
+        following = self.plan.window_after(window)
+        try:
+            _, errors = self._rpc.call("verlprof_start", targets,
+                                       lambda t: () if t in implicit else (window,))
+            for target in targets:
+                self._next[target] = following
+            for target, _ in errors:
+                self._next[target] = None
+            self._on_errors(errors)
+        except BaseException:
+            with self._signals.shield():
+                self.stop_all(raise_errors=False)
+            raise
+
+    def stop_all(self, raise_errors: Optional[bool] = None) -> None:
+        """Stop every window this controller started (idempotent). A rank that fails is named
+        and recorded; it raises only when ``on_rank_failure="raise"`` (or ``raise_errors``).
+        ``verlprof_stop()`` goes without arguments (it closes what is armed), as in ``_start``."""
+        started, self._started = self._started, {}
+        self._open = None
+        self._controller.close()
+        targets = [t for t in started if t not in self._rpc.failed]
+        if targets:
+            _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
+            for target, _ in errors:
+                self._next[target] = None
+            self._on_errors(errors, raise_errors)
+
+    # -- end of run ------------------------------------------------------------------------
+    def finalize(self, timeout_s: Optional[float] = None) -> Manifest:
+        """Stop everything, gather every report into output_dir, write and return the manifest.
+
+        Never raises for a rank: a rank that cannot be asked has its reports marked
+        ``missing`` with the reason. A second call returns the first manifest.
+        """
+        if self._finalized is not None:
+            return self._finalized
+        with self._signals.shield():
+            self.stop_all(raise_errors=False)
+            timeout = self.finalize_timeout_s if timeout_s is None else timeout_s
+            items: List[WorkerReport] = []
+            alive = [t for t in self.targets if t not in self._rpc.failed]
+            margin = min(30.0, 5.0 + timeout / 10)
+            results, errors = self._rpc.call("verlprof_finalize", alive, lambda t: (timeout,),
+                                             timeout_s=timeout + margin, wait_busy=True)
+            self._on_errors(errors, False)
+            why = {t: msg for t, msg in errors}
+            plans = {(p.group, p.rank): p for p in self.plan.processes}
+            local_node = node_id()
+            for target in self.targets:
+                if target in results:
+                    items.extend(results[target])
+                    continue
+                where = self._identity.get(target, ProcessIdentity(host="", pid=0))
+                reason = self._rpc.failed.get(target) or why.get(target, "no answer")
+                partial = partial_reports(plans[target], where)
+                if partial:
+                    folder = os.path.relpath(os.path.dirname(partial[0]), self.plan.output_dir)
+                    reason += f"; {len(partial)} uncollected file(s) left in {folder}"
+                items.extend(unreachable_reports(plans[target], where, reason))
+            entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
+            entries += self._controller.collect(timeout, local_node)
+            manifest = self._manifest(entries)
+            try:
+                write_manifest(manifest, self.plan.output_dir)
+            except OSError as err:
+                raise ProfilingRuntimeError(
+                    f"cannot write {paths.MANIFEST_NAME} to {self.plan.output_dir}: "
+                    f"{err.strerror or err}") from None
+            self._finalized = manifest
+        return manifest
+
+    def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
+        """Call after the workers have exited, before ``ray.shutdown()``: waits until each
+        wrapped process's profiler has finished writing and ended (see
+:mod:`verlprof.runtime.teardown`).
+        Returns problems, one line each (also recorded as warnings)."""
+        by_node: Dict[str, List[int]] = {}
+        for identity in self._identity.values():
+            if identity.profiler_pid:
+                by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
+        problems = settle_on_nodes(by_node, timeout_s)
+        self._warnings.extend(problems)
+        return problems
+
+    # -- with controller: ... ---------------------------------------------------------------
+    def install_signal_handlers(self) -> bool:
+        """Route SIGTERM and Ctrl-C through the controller (main thread only; ``with
+        controller:`` does this when ``handle_signals``). Returns whether anything was
+        installed."""
+        return self._signals.install()
+
+    def __enter__(self) -> ProfileController:
+        if self.handle_signals:
+            self.install_signal_handlers()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            with self._signals.shield():
+                try:
+                    self.finalize()
+                except Exception as err:
+                    if exc is None:
+                        raise
+                    logger.error("verlprof: finalize after %s failed: %s",
+                                 exc_type.__name__, describe_error(err))
+        finally:
+            received = self._signals.restore()
+        if received is not None:
+            self._signals.pass_on()
+
+    def _manifest(self, entries: List[ReportEntry]) -> Manifest:
+        processes = tuple(ProcessInfo(group=g, rank=r, host=i.host, pid=i.pid,
+                                      node_id=i.node_id, under_profiler=i.under_profiler)
+                          for (g, r), i in self._identity.items())
+        return Manifest(
+            tool=self.plan.tool, output_dir=self.plan.output_dir,
+            step_windows=self.plan.step_windows, reports=tuple(entries),
+            controller=ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
+                                   node_id=node_id(), under_profiler=self._controller.attached),
+            processes=processes, groups={g.name: g.world_size for g in self.plan.groups},
+            source=self.plan.source, warnings=tuple(dict.fromkeys(self._warnings)),
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            verlprof_version=__version__)
+
+    def _on_errors(self, errors: List[RankError],
+                   raise_errors: Optional[bool] = None) -> None:
+        """Log and record each error (one line naming the rank); raise per the policy."""
+        if not errors:
+            return
+        lines = [f"{group} rank {rank}: {message}" for (group, rank), message in errors]
+        for line in lines:
+            logger.error("verlprof: %s", line)
+        self._warnings.extend(lines)
+        should_raise = self.on_rank_failure == "raise" if raise_errors is None else raise_errors
+        if should_raise:
+            group, rank = errors[0][0]
+            raise ProfilingRuntimeError("; ".join(lines), group=group, rank=rank)

@@ -1,0 +1,87 @@
+"""The profiling RPCs of a Ray actor: mix :class:`ProfilingWorkerMixin` into a worker class.
+
+The controller calls these on selected ranks only. Their names all start with ``verlprof_``
+so that they never clash with a trainer's own methods (verl's workers have their own
+``start_profile`` / ``stop_profile``) and reach fused worker classes unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import List, Optional, Sequence
+
+from verlprof.plan.model import ProcessPlan
+from verlprof.records import SessionStatus, StartReply, StopReply, WorkerReport
+from verlprof.worker.identity import process_identity
+from verlprof.worker.session import ProfileSession
+
+
+class ProfilingWorkerMixin:
+    """Profiling RPCs for a Ray actor. Cheap when the process is not selected."""
+
+    _verlprof_active = False
+    _verlprof_session: Optional[ProfileSession] = None
+
+    def verlprof_configure(self, plan: Optional[ProcessPlan]) -> SessionStatus:
+        """Install this process's plan (sent by the controller to selected ranks only)."""
+        if plan is None or (self._verlprof_session is not None
+                            and self._verlprof_session.plan == plan):
+            return self.verlprof_status()
+        if self._verlprof_session is not None:
+            self._verlprof_session.finalize(timeout_s=0)
+        os.makedirs(plan.raw_dir, exist_ok=True)
+        self._verlprof_session = ProfileSession(plan, self)
+        return self.verlprof_status()
+
+    def verlprof_start(self, steps: Optional[Sequence[int]] = None) -> StartReply:
+        """Open or arm the step window ``steps`` (default: the planned one after the last
+        started); idempotent."""
+        session = self._verlprof_session
+        return session.start(steps) if session is not None else "not-configured"
+
+    def verlprof_stop(self, steps: Optional[Sequence[int]] = None) -> StopReply:
+        """Close or disarm the current window; idempotent."""
+        session = self._verlprof_session
+        return session.stop(steps) if session is not None else "not-configured"
+
+    def verlprof_status(self) -> SessionStatus:
+        """Where this process stands: identity, whether it runs under a profiler, its windows."""
+        session = self._verlprof_session
+        if session is None:
+            return SessionStatus(identity=process_identity())
+        return session.status(process_identity())
+
+    def verlprof_finalize(self, timeout_s: float = 300.0) -> List[WorkerReport]:
+        """Stop, wait for this process's reports, and describe each planned one."""
+        session = self._verlprof_session
+        if session is None:
+            return []
+        where = process_identity()
+        return [dataclasses.replace(r, where=where) for r in session.finalize(timeout_s)]
+
+    def verlprof_read_chunk(self, path: str, offset: int, size: int) -> bytes:
+        """Part of a raw report, for a controller on another node (no shared filesystem)."""
+        session = self._verlprof_session
+        if session is None or not _is_inside(path, session.plan.raw_dir):
+            raise PermissionError(f"{path} is not a report of this process")
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(size)
+
+    def verlprof_discard(self, path: str) -> bool:
+        """Delete a raw report once the controller holds its copy."""
+        session = self._verlprof_session
+        if session is None or not _is_inside(path, session.plan.raw_dir):
+            return False
+        try:
+            os.remove(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+
+def _is_inside(path: str, root: str) -> bool:
+    """True for a path strictly below ``root`` once symlinks and ``..`` are resolved."""
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    return real != real_root and os.path.commonpath([real_root, real]) == real_root
