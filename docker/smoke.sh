@@ -22,7 +22,7 @@ command -v "$NSYS" >/dev/null 2>&1 || fail "$NSYS not found"
 echo "verlprof-smoke: $("$NSYS" --version | head -n1)"
 
 cat > "$work/nvtx_app.py" <<'PY'
-from verlprof import nvtx
+from verlprof.backends.nsys import nvtx
 
 emitter = nvtx.get_emitter()
 assert emitter.enabled, f"no NVTX emitter under nsys: {emitter!r}"
@@ -81,7 +81,7 @@ if [ "${VERLPROF_SMOKE_GPU:-1}" != 0 ] && \
   cat > "$work/cuda_app.py" <<'PY'
 import torch
 
-from verlprof import nvtx
+from verlprof.backends.nsys import nvtx
 
 x = torch.randn(1024, 1024, device="cuda")
 torch.cuda.synchronize()

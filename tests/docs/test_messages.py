@@ -12,8 +12,9 @@ import pytest
 from tests.docs import snippets
 from tests.docs.test_snippets import DEMO_OUTPUT, FIXTURE
 from tests.helpers import require_nsys
+from verlprof.backends.base import PERFETTO_URL
 from verlprof.manifest import ReportEntry
-from verlprof.report.next_steps import PERFETTO_URL, next_steps
+from verlprof.report.next_steps import next_steps
 from verlprof.report.progress import Progress
 
 PPO = os.path.join(snippets.ROOT, "trainer_configs", "ppo_trainer.yaml")
