@@ -22,6 +22,7 @@ from verlprof import paths
 from verlprof.config import config_from_dict
 from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
+from verlprof.records import ProcessIdentity, ReportIdentity, WorkerReport
 from verlprof.runtime.launch import wrapped_executable
 
 NASTY = ["a b", " lead", "trail ", "'", '"', "'\"'", ";", "; rm -rf /", "$(touch {pwn})",
@@ -188,9 +189,10 @@ def test_collection_never_writes_outside(scratch, relpath):
     raw = scratch / "raw.nsys-rep"
     raw.write_bytes(b"report")
     before = set(_tree(scratch))
-    item = {"steps": [1], "group": "actor_rollout_ref", "rank": 0, "component": "c",
-            "backend": "nsys", "path": relpath, "status": "ok", "raw_path": str(raw),
-            "bytes": 6, "host": "h", "pid": 1, "node_id": ""}
+    item = WorkerReport(
+        report=ReportIdentity(steps=(1,), group="actor_rollout_ref", rank=0, component="c",
+                              backend="nsys", path=relpath),
+        status="ok", raw_path=str(raw), bytes=6, where=ProcessIdentity(host="h", pid=1))
     entry = move_report(item, str(out), "", None)
     new = set(_tree(scratch)) - before
     root = os.path.realpath(str(out))
@@ -216,8 +218,8 @@ def test_worker_serves_only_its_own_reports(scratch, name):
     raw_dir.mkdir(parents=True, exist_ok=True)
     (scratch / "w" / "secret").write_text("secret")
     worker = ProfilingWorkerMixin()
-    plan = ProcessPlan("g", 0, ("actor",), ("actor",), "whole", "torch", (),
-                       raw_dir=str(raw_dir))
+    plan = ProcessPlan(group="g", rank=0, roles=("actor",), selected_roles=("actor",),
+                       mode="whole", backend="torch", windows=(), raw_dir=str(raw_dir))
     worker._verlprof_session = ProfileSession(plan, worker)
     path = os.path.join(str(raw_dir), name)
     inside = os.path.realpath(path).startswith(os.path.realpath(str(raw_dir)) + "/")
