@@ -17,7 +17,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from verlprof.version import __version__
 
 # a library logs; the application (our CLI, or the user's trainer) decides where it goes
 logging.getLogger("verlprof").addHandler(logging.NullHandler())

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import common, demo_runs, memory, p1_annotate, p2_fanout, p3_unselected, p4_report
 from benchmarks.__main__ import METRICS, table
+from verlprof.records import ProcessIdentity, SessionStatus
 from verlprof.worker import ProfilingWorkerMixin, annotate, set_active
 
 
@@ -50,7 +51,8 @@ def test_p1_peer_unavailable_is_a_line_not_an_error(monkeypatch):
 
 def test_p2_result_from_times():
     times = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
-    ratio, growth = p2_fanout._result(times, [{"armed": None}] * 32, (8, 16, 32))
+    idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
+    ratio, growth = p2_fanout._result(times, [idle] * 32, (8, 16, 32))
     assert ratio.ratio == pytest.approx(1.2) and ratio.verdict == "PASS"
     assert growth.ratio == pytest.approx(1.0) and growth.verdict == "PASS"
 

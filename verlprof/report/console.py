@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import List
 
 from rich.console import Console
 from rich.table import Table
 
+from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, step_tables
-
-if TYPE_CHECKING:
-    from verlprof.report.summary import Summary
+from verlprof.report.next_steps import next_steps
 
 
 def print_summary(summary: Summary, console: Console) -> None:
@@ -56,8 +55,6 @@ def print_summary(summary: Summary, console: Console) -> None:
         console.print(f"note: {note}", highlight=False, markup=False)
     for name, path in s.paths.items():
         console.print(f"{name}: {path}", highlight=False, markup=False)
-    from verlprof.report.next_steps import next_steps
-
     for line in next_steps(s):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 

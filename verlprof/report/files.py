@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
+from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, step_tables
-
-if TYPE_CHECKING:
-    from verlprof.report.summary import Summary
 
 CSV_NAME = "summary.csv"
 MD_NAME = "summary.md"

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 from verlprof.backends import get_backend
 from verlprof.manifest import STATUS_OK, ReportEntry
+from verlprof.report.findings import Summary
 from verlprof.report.model import CONTROLLER_GROUP
-
-if TYPE_CHECKING:
-    from verlprof.report.summary import Summary
 
 GUIDE = "docs/user_guide.md"
 

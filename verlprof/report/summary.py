@@ -3,52 +3,31 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 from rich.console import Console
 
 from verlprof import paths
 from verlprof.manifest import Manifest, read_manifest
+from verlprof.report.console import print_summary
+from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
+from verlprof.report.findings import Summary
 from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S, load
-from verlprof.report.model import LoadResult, PhaseRecord, Problem, StepSpan, Window
+from verlprof.report.model import LoadResult
 from verlprof.report.stragglers import (
     DEFAULT_MIN_EXCESS_MS,
     DEFAULT_THRESHOLD,
-    Straggler,
     find_stragglers,
 )
-from verlprof.report.table import PhaseRow, Spread, build_rows, build_spreads
+from verlprof.report.table import build_rows, build_spreads
+from verlprof.report.timeline import build_timeline
+from verlprof.report.timeline_html import write_html
 
 PNG_NAME = "timeline.png"
 HTML_NAME = "timeline.html"
 
-
-@dataclass(frozen=True)
-class Summary:
-    """What ``verlprof report`` found in one output directory."""
-
-    output_dir: str
-    manifest: Manifest
-    records: Tuple[PhaseRecord, ...]
-    """Every phase call, wall-clock times, sorted by start."""
-    rows: Tuple[PhaseRow, ...]
-    """One per (step, group, rank, role, phase): calls summed (summary.csv)."""
-    spreads: Tuple[Spread, ...]
-    """Min/median/max across ranks per (step, group, role, phase)."""
-    stragglers: Tuple[Straggler, ...]
-    missing: Tuple[Problem, ...]
-    """Reports missing or incomplete per the manifest, unreadable, or without a reader."""
-    steps: Tuple[StepSpan, ...]
-    windows: Tuple[Window, ...]
-    notes: Tuple[str, ...]
-    threshold: float
-    min_excess_ms: float
-    t0_ns: int
-    """Time origin of the timeline and of ``start_s`` in the CSV: the first event."""
-    paths: Dict[str, str] = field(default_factory=dict)
-    """Written files: ``summary.csv``, ``summary.md``, ``timeline.png``, ``timeline.html``."""
-    read_seconds: float = 0.0
+__all__ = ["HTML_NAME", "PNG_NAME", "Summary", "analyse", "default_console", "summarize",
+           "write_outputs"]
 
 
 def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
@@ -82,8 +61,6 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     if write:
         write_outputs(summary, picture=picture)
     print_to = console if console is not None else default_console()
-    from verlprof.report.console import print_summary
-
     print_summary(summary, print_to)
     return summary
 
@@ -112,15 +89,13 @@ def default_console() -> Console:
 
 def write_outputs(summary: Summary, picture: bool = True) -> Dict[str, str]:
     """Write the summary files into ``<output_dir>/summary/``; fills ``summary.paths``."""
-    from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
-
     out_dir = os.path.join(summary.output_dir, paths.SUMMARY_DIR)
     os.makedirs(out_dir, exist_ok=True)
     written = summary.paths
     written[CSV_NAME] = write_csv(summary, os.path.join(out_dir, CSV_NAME))
     if picture:
-        from verlprof.report.timeline import build_timeline
-        from verlprof.report.timeline_html import write_html
+        # loaded here: Pillow's import is a noticeable part of `verlprof report`'s fixed cost,
+        # and callers that pass picture=False never pay it
         from verlprof.report.timeline_png import write_png
 
         data = build_timeline(summary.records, summary.steps, summary.windows,

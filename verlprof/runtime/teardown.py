@@ -12,6 +12,10 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Sequence
 
+from verlprof.backends.nsys.cli import reap_orphan_agents
+from verlprof.backends.nsys.procs import send_signal
+from verlprof.worker.identity import node_id as this_node_id
+
 POLL_S = 0.2
 
 
@@ -26,8 +30,6 @@ def alive(pid: int) -> bool:
 
 def settle_profilers(pids: Sequence[int], timeout_s: float) -> List[str]:
     """Wait until every pid has exited; end orphaned nsys agents; return problems, one a line."""
-    from verlprof.backends.nsys.cli import reap_orphan_agents
-
     deadline = time.monotonic() + timeout_s
     waiting = [p for p in pids if alive(p)]
     while waiting and time.monotonic() < deadline:
@@ -55,9 +57,6 @@ def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> Lis
 def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0) -> bool:
     """Send ``signum`` to ``pid`` on Ray node ``node_id`` (directly when it is this node)."""
     import ray
-
-    from verlprof.backends.nsys.procs import send_signal
-    from verlprof.worker.identity import node_id as this_node_id
 
     if not node_id or node_id == this_node_id():
         return send_signal(pid, signum)

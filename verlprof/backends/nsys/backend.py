@@ -3,6 +3,7 @@ per window (``repeat:N``); the controller may run under it too, bounded to the p
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
@@ -14,9 +15,13 @@ from verlprof.backends.nsys.argv import (
     nsys_argv,
     resolve_trigger,
 )
+from verlprof.backends.nsys.capture import NsysCapture
+from verlprof.backends.nsys.cli import sqlite_path_for
+from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
+from verlprof.backends.nsys.read import read_nsys_report
 from verlprof.errors import ConfigError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: the builder of the plan imports the backends
     from verlprof.backends.reading import ReportData
     from verlprof.config.schema import ProfilingConfig
     from verlprof.config.topology import GroupTopology, Topology
@@ -64,8 +69,6 @@ class NsysBackend(Backend):
     def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
         """Each distinct launch command gets a bounded trial run of ``python -c pass``; a
         passing argv is remembered for the life of the process."""
-        from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
-
         for key, argv in _launches(plan):
             cache_key = dry_run_key(argv)
             if cache_key in _PREFLIGHT_OK:
@@ -78,21 +81,13 @@ class NsysBackend(Backend):
                 _PREFLIGHT_OK.add(cache_key)
 
     def capture(self, plan: ProcessPlan) -> Capture:
-        from verlprof.backends.nsys.capture import NsysCapture
-
         return NsysCapture(plan)
 
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],
              timeout_s: float) -> ReportData:
-        from verlprof.backends.nsys.read import read_nsys_report
-
         return read_nsys_report(path, index=index, timeout=timeout_s)
 
     def is_cached(self, path: str) -> bool:
-        import os
-
-        from verlprof.backends.nsys.cli import sqlite_path_for
-
         try:
             return os.path.getmtime(sqlite_path_for(path)) >= os.path.getmtime(path)
         except OSError:

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import nvtx
+from verlprof.backends.nsys.cli import wait_for_reports
 from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
@@ -82,8 +83,6 @@ class NsysCapture(Capture):
 
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
-        from verlprof.backends.nsys.cli import wait_for_reports
-
         by_ordinal: Dict[int, str] = {}
         total = len(opened) + self._fillers
         if total:

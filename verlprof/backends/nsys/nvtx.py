@@ -61,92 +61,23 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
-NVTX_DOMAIN = "verlprof"
-"""NVTX domain of every range verlprof emits."""
-
-CAPTURE_RANGE = "VERLPROF_CAPTURE"
-"""Name of the range that opens an nsys capture window (``-p VERLPROF_CAPTURE@verlprof``)."""
-
-INJECTION_ENV = "NVTX_INJECTION64_PATH"
-"""Set by nsys (and other NVTX tools) in the processes they profile."""
-
-FORCE_ENV = "VERLPROF_NVTX"
-"""``0``/``off``: always the null emitter; ``1``/``on``: real even without a profiler."""
-
-BACKEND_ENV = "VERLPROF_NVTX_BACKEND"
-"""``auto`` (default), ``nvtx``, ``ctypes`` or ``torch``: which binding a real emitter uses."""
-
-LIB_ENV = "VERLPROF_NVTX_LIB"
-"""Explicit path of an NVTX shared library for the ctypes binding."""
-
-MAX_REGISTERED = 4096
-"""Distinct names registered per domain; later new names are sent as ASCII messages."""
+from verlprof.backends.nsys.nvtx_base import (  # noqa: F401 - re-exported: the NVTX contract
+    BACKEND_ENV,
+    CAPTURE_RANGE,
+    COLOR_ARGB,
+    FORCE_ENV,
+    INJECTION_ENV,
+    LIB_ENV,
+    MAX_REGISTERED,
+    NVTX_DOMAIN,
+    NullEmitter,
+    NvtxEmitter,
+    cached,
+)
+from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter
+from verlprof.backends.nsys.nvtx_ctypes import nvtx_library_candidates as _ctypes_candidates
 
 _LOG = logging.getLogger(__name__)
-_COLOR = 0xFF76B900  # ARGB
-
-
-def cached(cache: Dict[Any, Any], key: Any, lock: threading.Lock, make) -> Any:
-    """``cache[key]``, made once under ``lock`` (emitters are shared across threads)."""
-    value = cache.get(key)
-    if value is None:
-        with lock:
-            value = cache.get(key)
-            if value is None:
-                value = cache[key] = make()
-    return value
-
-
-class NullEmitter:
-    """No profiler attached: every call is a no-op returning ``None``."""
-
-    enabled = False
-    backend = "null"
-    domain_aware = True
-
-    def range_start(self, name: str, domain: str = NVTX_DOMAIN) -> Any:
-        return None
-
-    def range_end(self, handle: Any) -> None:
-        return None
-
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return "NullEmitter()"
-
-
-class NvtxEmitter:
-    """Base of the real emitters. ``range_end(None)`` is always a no-op."""
-
-    enabled = True
-    backend = "?"
-    domain_aware = True
-
-    def range_start(self, name: str, domain: str = NVTX_DOMAIN) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def range_end(self, handle: Any) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(backend={self.backend!r})"
 
 
 class _PackageEmitter(NvtxEmitter):
@@ -248,16 +179,12 @@ def _make_package() -> Optional[NvtxEmitter]:
 
 
 def _make_ctypes() -> Optional[NvtxEmitter]:
-    from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter
-
     return make_ctypes_emitter()
 
 
 def nvtx_library_candidates() -> List[str]:
     """Where the ctypes binding looks for an NVTX library, in order."""
-    from verlprof.backends.nsys.nvtx_ctypes import nvtx_library_candidates as candidates
-
-    return candidates()
+    return _ctypes_candidates()
 
 
 def _make_torch() -> Optional[NvtxEmitter]:

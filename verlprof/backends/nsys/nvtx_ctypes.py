@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from verlprof.backends.nsys.nvtx import (
-    _COLOR,
+from verlprof.backends.nsys.nvtx_base import (
+    COLOR_ARGB,
     LIB_ENV,
     MAX_REGISTERED,
     NVTX_DOMAIN,
@@ -45,7 +45,7 @@ class _EventAttributes(ctypes.Structure):
 
 
 _NVTX_VERSION = 3
-_NVTX_COLOR_ARGB = 1
+_NVTXCOLOR_ARGB_ARGB = 1
 _NVTX_MESSAGE_TYPE_ASCII = 1
 _NVTX_MESSAGE_TYPE_REGISTERED = 3
 
@@ -125,7 +125,7 @@ class _CtypesEmitter(NvtxEmitter):
             d = self._domain(domain)
             a = _EventAttributes()
             a.version, a.size = _NVTX_VERSION, ctypes.sizeof(_EventAttributes)
-            a.colorType, a.color = _NVTX_COLOR_ARGB, _COLOR
+            a.colorType, a.color = _NVTXCOLOR_ARGB_ARGB, COLOR_ARGB
             raw = name.encode()
             if len(self._attrs) < MAX_REGISTERED:
                 a.messageType = _NVTX_MESSAGE_TYPE_REGISTERED

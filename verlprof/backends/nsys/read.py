@@ -20,8 +20,16 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+from verlprof.backends.nsys.cli import export_sqlite
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
-from verlprof.backends.reading import RawRange, ReportData, StepMark, attribute
+from verlprof.backends.nsys.sqlite import (
+    list_tables,
+    read_cuda_kernels,
+    read_memcpy,
+    read_nvtx_ranges,
+    report_time_bounds,
+)
+from verlprof.backends.reading import RawRange, ReportData, ReportReadError, StepMark, attribute
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -31,9 +39,6 @@ _STEP = re.compile(r"^step/(\d+)$")
 
 def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0) -> ReportData:
     """Export (cached) and read one report; failures become ``ReportData(error=...)``."""
-    from verlprof.backends.nsys.cli import export_sqlite
-    from verlprof.backends.reading import ReportReadError
-
     began = time.monotonic()
     try:
         sqlite_path = str(export_sqlite(path, timeout_s=timeout, out_path=_cache_path(path)))
@@ -47,15 +52,6 @@ def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0) -> Repor
 
 def read_nsys_sqlite(sqlite_path: str, index: int = 0) -> ReportData:
     """Read an existing sqlite export. Raises ReportReadError when it cannot be read."""
-    from verlprof.backends.nsys.sqlite import (
-        ReportReadError,
-        list_tables,
-        read_cuda_kernels,
-        read_memcpy,
-        read_nvtx_ranges,
-        report_time_bounds,
-    )
-
     bounds = report_time_bounds(sqlite_path)
     if bounds.utc_epoch_ns is None:
         raise ReportReadError(f"{sqlite_path}: no session start time "
@@ -114,8 +110,6 @@ def _cache_path(report: str) -> Optional[str]:
 
 def _launch_times(sqlite_path: str) -> Dict[int, int]:
     """correlationId → session start (ns) of the CUDA runtime call that launched it."""
-    from verlprof.backends.reading import ReportReadError
-
     try:
         conn = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
         try:

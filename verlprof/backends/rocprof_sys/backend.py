@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, List, Tuple
 
 from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
 from verlprof.backends.rocprof_sys.argv import rocprof_argv, rocprof_env
+from verlprof.backends.rocprof_sys.capture import RocprofCapture
 from verlprof.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ class RocprofSysBackend(Backend):
             raise ConfigError(EXECUTABLE_KEY, f"{argv[0]!r} not found")
 
     def capture(self, plan: ProcessPlan) -> Capture:
-        from verlprof.backends.rocprof_sys.capture import RocprofCapture
-
         return RocprofCapture(plan)
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:

@@ -7,6 +7,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
+from verlprof.backends.torch.capture import TorchCapture
+from verlprof.backends.torch.read import read_torch_trace
 
 if TYPE_CHECKING:
     from verlprof.backends.reading import ReportData
@@ -25,14 +27,10 @@ class TorchBackend(Backend):
         return Launch(capture_options=asdict(config.torch))
 
     def capture(self, plan: ProcessPlan) -> Capture:
-        from verlprof.backends.torch.capture import TorchCapture
-
         return TorchCapture(plan)
 
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],
              timeout_s: float) -> ReportData:
-        from verlprof.backends.torch.read import read_torch_trace
-
         return read_torch_trace(path, index=index, fallback_start_ns=window_start_ns)
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:

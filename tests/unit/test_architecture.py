@@ -1,0 +1,162 @@
+"""The package layout is a contract too: each stage imports only the stages below it, module-level
+imports form no cycle, and no import hides inside a function to dodge one (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "verlprof"
+
+STAGES: Tuple[Tuple[str, str], ...] = (  # (module prefix, stage), most specific first
+    ("verlprof.errors", "contracts"), ("verlprof.paths", "contracts"),
+    ("verlprof.manifest", "contracts"), ("verlprof.records", "contracts"),
+    ("verlprof.version", "contracts"),
+    ("verlprof.config", "config"),
+    ("verlprof.plan.model", "plan.model"),
+    ("verlprof.plan", "plan"),
+    ("verlprof.backends", "backends"),
+    ("verlprof.worker", "worker"),
+    ("verlprof.runtime", "runtime"),
+    ("verlprof.report", "report"),
+    ("verlprof.bridges", "bridges"),
+    ("verlprof.demo", "demo"),
+    ("verlprof.cli", "cli"),
+    ("verlprof", "api"),
+)
+
+BELOW: Dict[str, Set[str]] = {
+    "contracts": set(),
+    "config": {"contracts"},
+    "plan.model": {"contracts", "config"},
+    "backends": {"contracts", "config", "plan.model"},
+    "plan": {"contracts", "config", "plan.model", "backends"},
+    "worker": {"contracts", "plan.model", "backends"},
+    "runtime": {"contracts", "config", "plan.model", "plan", "backends", "worker"},
+    "report": {"contracts", "backends"},
+    "bridges": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
+                "report"},
+    "demo": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
+             "report"},
+    "cli": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
+            "report", "demo", "bridges"},
+    "api": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
+            "report"},
+}
+"""What each stage may import besides itself: dependencies point one way."""
+
+LAZY_ALLOWED = {
+    "verlprof", "verlprof.config", "verlprof.plan",  # PEP 562 __getattr__: import cost
+    "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
+    "verlprof.demo.run",  # the demo's entry point
+    "verlprof.report.summary",  # Pillow only when a picture is drawn
+}
+"""Modules allowed an import of verlprof inside a function; each is an entry point or a lazy
+loader for import cost, never a way around a cycle (the stage rule above still holds)."""
+
+
+def _modules() -> Iterator[Tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def _stage(module: str) -> str:
+    return next(stage for prefix, stage in STAGES
+                if module == prefix or module.startswith(prefix + "."))
+
+
+def _imports(path: Path) -> Iterator[Tuple[str, bool, bool]]:
+    """(imported verlprof module, inside a function, only for type checking)."""
+    tree = ast.parse(path.read_text())
+    typing_only: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            typing_only.update(id(n) for child in node.body for n in ast.walk(child))
+    in_function: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_function.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        names: List[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            base = node.module  # `from a import b` imports module a.b when there is one
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                     for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name == "verlprof" or name.startswith("verlprof."):
+                yield name, id(node) in in_function, id(node) in typing_only
+
+
+MODULES: Dict[str, Path] = {}
+
+
+def _known(name: str, modules: Set[str]) -> str:
+    """The module a dotted import name refers to (``from a import b``: a.b if a module)."""
+    while name not in modules:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+MODULES.update(_modules())
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_stage_imports_only_the_stages_below_it(module):
+    stage = _stage(module)
+    for name, _, _ in _imports(MODULES[module]):
+        target = _known(name, set(MODULES))
+        other = _stage(target)
+        assert other == stage or other in BELOW[stage], (
+            f"{module} ({stage}) imports {target} ({other}); {stage} may import "
+            f"{sorted(BELOW[stage]) or 'nothing'} (docs/architecture.md)")
+
+
+def test_no_import_inside_a_function_outside_the_lazy_loaders():
+    hidden = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                    if module not in LAZY_ALLOWED
+                    for name, inside, _ in _imports(path) if inside)
+    assert hidden == []
+
+
+def test_module_level_imports_form_no_cycle():
+    modules = set(MODULES)
+    graph = {m: {_known(n, modules) for n, inside, typing in _imports(p) if not inside
+                 and not typing} - {m} for m, p in MODULES.items()}
+    # a package's __init__ importing its own submodules is how a package exposes them
+    graph = {m: {t for t in targets if not t.startswith(m + ".")} for m, targets in graph.items()}
+    state: Dict[str, int] = {}
+    cycle: List[str] = []
+
+    def visit(node: str, trail: List[str]) -> bool:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle.extend(trail[trail.index(nxt):] + [node, nxt] if nxt in trail
+                             else [node, nxt])
+                return True
+            if nxt not in state and visit(nxt, trail + [node]):
+                return True
+        state[node] = 2
+        return False
+
+    for module in sorted(graph):
+        if module not in state and visit(module, []):
+            break
+    assert cycle == [], " -> ".join(cycle)
+
+
+def test_modules_stay_small():
+    """One concept per module: ~400 lines at most (the guide's rule), tests and docs aside."""
+    long = sorted(f"{m}: {len(p.read_text().splitlines())} lines" for m, p in MODULES.items()
+                  if len(p.read_text().splitlines()) > 420)
+    assert long == []
