@@ -76,7 +76,8 @@ class ProfileController:
     directory and dry-runs each nsys command before any worker starts (see
     :func:`verlprof.runtime.preflight.preflight`), ``"quick"`` skips the dry run, ``False`` checks
     nothing. ``rpc``: the layer that reaches the ranks (default: Ray actor calls,
-    :class:`~verlprof.runtime.rank_rpc.RankCalls`); tests pass in-process fake ranks.
+    :class:`~verlprof.runtime.rank_rpc.RankCalls`; tests pass
+    :class:`~verlprof.runtime.local_rpc.InProcessRanks`); its timeout is set as above.
     """
 
     def __init__(self, plan: ProfilePlan, *, rpc_timeout_s: Optional[float] = None,
@@ -95,8 +96,9 @@ class ProfileController:
         self.on_rank_failure: OnRankFailure = on_rank_failure
         self.handle_signals = handle_signals
         self.host, self.pid = socket.gethostname(), os.getpid()
-        self._rpc: RankRPC = rpc if rpc is not None else RankCalls(
-            policy.rpc_timeout_s if rpc_timeout_s is None else rpc_timeout_s)
+        timeout = policy.rpc_timeout_s if rpc_timeout_s is None else rpc_timeout_s
+        self._rpc: RankRPC = RankCalls(timeout) if rpc is None else rpc
+        self._rpc.rpc_timeout_s = timeout  # an injected layer follows the same policy
         self._identity: Dict[Target, ProcessIdentity] = {}
         self._started: Dict[Target, StepWindow] = {}
         self._next: Dict[Target, Optional[StepWindow]] = {}
