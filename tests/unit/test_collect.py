@@ -1,0 +1,150 @@
+"""Collection on this node (no Ray): each worker report reaches its contract path under
+output_dir, or its manifest entry says why not; one bad report never loses the others."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
+from verlprof.config.topology import Topology
+from verlprof.plan import build_plan
+from verlprof.records import ProcessIdentity, ReportIdentity, WorkerReport
+from verlprof.runtime.collect import (
+    move_all,
+    move_report,
+    partial_reports,
+    unreachable_reports,
+)
+
+HERE = ProcessIdentity(host="node-a", pid=4242)
+
+
+def item(raw, path="step0001/critic/rank0/critic_step1_{host}_{pid}.nsys-rep", *, size=None,
+         rank=0, status="ok", where=HERE):
+    """A worker's record of one report whose raw file is ``raw``."""
+    return WorkerReport(
+        report=ReportIdentity(steps=(1,), group="critic", rank=rank, component="critic",
+                              backend="nsys", path=path),
+        status=status, raw_path=str(raw) if raw else None,
+        bytes=os.path.getsize(raw) if size is None and raw else size or 0, where=where,
+        window_start_ns=10, window_end_ns=20)
+
+
+def raw_file(tmp_path, name="critic_rank0_4242.1.nsys-rep", data=b"report"):
+    raw = tmp_path / ".raw" / name
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_bytes(data)
+    return raw
+
+
+def files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_a_report_on_this_node_is_renamed_to_its_contract_path(tmp_path):
+    raw = raw_file(tmp_path)
+    entry = move_report(item(raw), str(tmp_path), "node-id", None)
+    assert (entry.status, entry.transfer, entry.bytes, entry.reason) == ("ok", "rename", 6, None)
+    assert entry.path == "step0001/critic/rank0/critic_step1_node-a_4242.nsys-rep"
+    assert (entry.host, entry.pid, entry.window_start_ns, entry.window_end_ns) == (
+        "node-a", 4242, 10, 20)
+    assert files(tmp_path) == [entry.path] and (tmp_path / entry.path).read_bytes() == b"report"
+
+
+def test_a_report_directory_is_copied_whole(tmp_path):
+    raw = tmp_path / ".raw" / "run.rocprof-sys"
+    (raw / "sub").mkdir(parents=True)
+    (raw / "a.proto").write_bytes(b"12345")
+    (raw / "sub" / "b.json").write_bytes(b"67")
+    entry = move_report(item(raw, "step0001/critic/rank0/r.rocprof-sys", size=7),
+                        str(tmp_path), "", None)
+    assert (entry.status, entry.bytes) == ("ok", 7)
+    assert files(tmp_path / entry.path) == ["a.proto", "sub/b.json"]
+
+
+@pytest.mark.parametrize("size, arrived", [(10, 6), (3, 6)])
+def test_a_size_other_than_the_worker_saw_is_incomplete(tmp_path, size, arrived):
+    entry = move_report(item(raw_file(tmp_path), size=size), str(tmp_path), "", None)
+    assert (entry.status, entry.bytes) == ("incomplete", arrived)
+    assert entry.reason == f"{arrived} of {size} bytes arrived"
+
+
+def test_an_empty_report_is_incomplete(tmp_path):
+    entry = move_report(item(raw_file(tmp_path, data=b""), size=0), str(tmp_path), "", None)
+    assert (entry.status, entry.reason) == ("incomplete", "0 of 0 bytes arrived")
+
+
+@pytest.mark.parametrize("path", ["../escaped.nsys-rep", "/etc/escaped.nsys-rep",
+                                  "step0001/../../escaped.nsys-rep", "step0001/./x.nsys-rep",
+                                  "", "step0001"])
+def test_a_path_outside_output_dir_or_not_normal_is_refused(tmp_path, path):
+    out = tmp_path / "out"
+    (out / "step0001").mkdir(parents=True)
+    raw = raw_file(tmp_path)
+    entry = move_report(item(raw, path), str(out), "", None)
+    assert entry.status == "missing" and entry.transfer is None
+    assert entry.reason.startswith(f"could not collect {raw}: ")
+    assert "\n" not in entry.reason
+    assert raw.exists() and files(out) == []  # nothing moved, nothing written anywhere
+    assert not (tmp_path / "escaped.nsys-rep").exists()
+
+
+def test_a_missing_report_stays_missing_with_its_reason(tmp_path):
+    gone = WorkerReport(report=item(None).report, status="missing", reason="window never "
+                        "opened: step(s) [1] were never started", where=HERE)
+    entry = move_report(gone, str(tmp_path), "", None)
+    assert (entry.status, entry.reason, entry.bytes, entry.transfer) == (
+        "missing", "window never opened: step(s) [1] were never started", 0, None)
+    assert entry.path == "step0001/critic/rank0/critic_step1_node-a_4242.nsys-rep"
+
+
+def test_one_failure_does_not_lose_the_others(tmp_path):
+    good = [raw_file(tmp_path, f"critic_rank{r}_4242.1.nsys-rep", b"x" * (r + 1))
+            for r in range(3)]
+    bad = raw_file(tmp_path, "bad.nsys-rep")
+    items = [item(good[0], "step0001/critic/rank0/a.nsys-rep", rank=0),
+             item(bad, "../../outside.nsys-rep", rank=1),
+             item(good[1], "step0001/critic/rank1/a.nsys-rep", rank=1),
+             item(tmp_path / ".raw" / "vanished", "step0001/critic/rank2/b.nsys-rep", size=5,
+                  rank=2),
+             item(good[2], "step0001/critic/rank2/a.nsys-rep", rank=2)]
+    entries = move_all(items, {}, str(tmp_path), "")
+    assert [(e.path, e.status) for e in entries] == [
+        ("step0001/critic/rank0/a.nsys-rep", "ok"), ("../../outside.nsys-rep", "missing"),
+        ("step0001/critic/rank1/a.nsys-rep", "ok"), ("step0001/critic/rank2/b.nsys-rep",
+                                                     "missing"),
+        ("step0001/critic/rank2/a.nsys-rep", "ok")]
+    assert [e.bytes for e in entries if e.status == "ok"] == [1, 2, 3]
+    assert "vanished" in entries[3].reason
+
+
+def _process_plan(tmp_path):
+    cfg = ProfilingConfig(steps=(1, 2), tool="nsys", output_dir=str(tmp_path),
+                          components=ComponentsConfig(critic=ComponentConfig(ranks=(1,))))
+    return build_plan(cfg, Topology.of({"critic": 2}, cuda=False)).process("critic", 1)
+
+
+def test_an_unreachable_process_has_every_report_missing_with_the_reason(tmp_path):
+    process = _process_plan(tmp_path)
+    reports = unreachable_reports(process, HERE, "worker process died (SIGKILL)")
+    assert [(r.report.steps, r.status, r.reason, r.where, r.raw_path) for r in reports] == [
+        ((s,), "missing", "worker process died (SIGKILL)", HERE, None) for s in (1, 2)]
+    assert [r.report for r in reports] == list(process.reports)
+
+
+def test_partial_reports_are_the_raw_files_of_that_process_only(tmp_path):
+    process = _process_plan(tmp_path)
+    raw = tmp_path / ".raw" / "critic" / "rank1"
+    assert partial_reports(process, HERE) == []  # nothing written yet
+    raw.mkdir(parents=True)
+    for name in ("critic_rank1_4242.1.nsys-rep", "critic_rank1_4242.2.nsys-rep",
+                 "critic_rank1_4242_tmp", "critic_rank1_42420.1.nsys-rep",
+                 "critic_rank1_999.1.nsys-rep", "critic_rank10_4242.1.nsys-rep"):
+        (raw / name).write_bytes(b"x")
+    assert partial_reports(process, HERE) == [
+        str(raw / n) for n in ("critic_rank1_4242.1.nsys-rep", "critic_rank1_4242.2.nsys-rep",
+                               "critic_rank1_4242_tmp")]
+    assert partial_reports(process, ProcessIdentity(host="node-a", pid=0)) == []
