@@ -13,7 +13,6 @@ import ray
 
 from tests.faults import harness, light
 from tests.integration.runtime_helpers import nvtx_names
-from verlprof.records import ProcessIdentity, SessionStatus
 
 pytestmark = pytest.mark.integration
 
@@ -100,95 +99,3 @@ def test_jumps_and_backward_steps_open_exactly_the_window_meant(ray_cluster, tmp
     assert sorted((e["rank"], tuple(e["steps"]), e["status"]) for e in
                   manifest.to_dict()["reports"]) == [
         (rank, (step,), "ok") for rank in (0, 1) for step in (2, 3, 5, 6)]
-
-
-class _Recorder:
-    """A stand-in worker for the controller's own bookkeeping: records the RPCs it gets."""
-
-    def __init__(self, calls, rank, next_window=None):
-        self.calls, self.rank, self.next_window = calls, rank, next_window
-
-    def __getattr__(self, method):
-        recorder = self
-
-        class _Method:
-            @staticmethod
-            def remote(*args):
-                recorder.calls.append((recorder.rank, method, *args))
-                value = SessionStatus(
-                    identity=ProcessIdentity(host="", pid=0), configured=True,
-                    next=tuple(recorder.next_window) if recorder.next_window else None) \
-                    if method == "verlprof_configure" else (
-                    [] if method == "verlprof_finalize" else "ok")
-                return ray.put(value)
-
-        return _Method
-
-
-def _controller(tmp_path, steps, continuous=False, next_window=None):
-    plan = light.make_plan(str(tmp_path), [
-        f"trainer.profile_steps={steps}",
-        f"trainer.profile_continuous_steps={str(continuous).lower()}",
-        "trainer.controller_nsight_options=null", "trainer.n_gpus_per_node=1",
-        "actor_rollout_ref.actor.profile_ranks=[0]", "actor_rollout_ref.rollout.profile_ranks=[]",
-        "critic.enable=false", "reward_model.enable=false", "trainer.profiler.tool=torch"])
-    calls = []
-    controller = light.controller_for(plan)
-    controller.register_group("actor_rollout_ref", [_Recorder(calls, 0, next_window)])
-    calls.clear()
-    return controller, calls
-
-
-def _rpcs(calls):
-    return [(method, *args) for _, method, *args in calls]
-
-
-def test_a_step_outside_the_open_window_closes_it(ray_cluster, tmp_path):
-    """Continuous window [1-3]: a jump from step 1 to step 5 closes it first; resuming at
-    step 2 (inside it) does not reopen it; a window opens only at its first step."""
-    controller, calls = _controller(tmp_path, "[1,2,3,5]", continuous=True)
-    with controller.step(1):
-        pass
-    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3))]
-    with controller.step(5):
-        pass
-    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3)), ("verlprof_stop",),
-                            ("verlprof_start",), ("verlprof_stop",)]  # (5,) follows (1, 2, 3)
-    calls.clear()
-    for step in (2, 3, 1, 5):  # backwards after a resume: nothing reopens
-        with controller.step(step):
-            pass
-    assert calls == []
-
-
-def test_consecutive_windows_are_started_without_an_argument(ray_cluster, tmp_path):
-    """A worker whose next window is the one meant gets ``verlprof_start()`` (Ray serialises
-    every argument: benchmarks/p2_fanout.py); after a jump the window is named."""
-    controller, calls = _controller(tmp_path, "[1,2,5,6]", next_window=[1])
-    for step in (1, 2, 3, 6, 5):
-        with controller.step(step):
-            pass
-    assert _rpcs(calls) == [("verlprof_start",), ("verlprof_stop",), ("verlprof_start",),
-                            ("verlprof_stop",), ("verlprof_start", (6,)), ("verlprof_stop",),
-                            ("verlprof_start", (5,)), ("verlprof_stop",)]
-
-
-def test_steps_going_backwards_inside_an_open_window(ray_cluster, tmp_path):
-    controller, calls = _controller(tmp_path, "[1,2,3]", continuous=True)
-    for step in (1, 2, 1, 2, 3):  # still inside [1-3]: the window stays open until step 3
-        with controller.step(step):
-            pass
-    assert _rpcs(calls) == [("verlprof_start", (1, 2, 3)), ("verlprof_stop",)]
-
-
-def test_exception_then_retry_of_the_same_step(ray_cluster, tmp_path):
-    controller, calls = _controller(tmp_path, "[2]")
-    with pytest.raises(ValueError), controller.step(2):
-        raise ValueError("the step failed")
-    with controller.step(2):  # the retry records nothing new
-        pass
-    assert _rpcs(calls) == [("verlprof_start", (2,)), ("verlprof_stop",)]
-    controller.finalize()
-    with controller.step(2):
-        pass
-    assert _rpcs(calls)[-1] == ("verlprof_finalize", 30.0)

@@ -110,7 +110,7 @@ def _warn_steps_beyond_the_run(draft: Any, raw: Mapping[str, Any]) -> None:
     total = trainer.get("total_training_steps")
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         return
-    beyond = [s for s in draft.steps if s > total]
+    beyond = [s for s in draft.config.steps if s > total]
     if beyond:
         draft.warnings.append(f"{draft.steps_key}: step(s) {beyond} come after "
                               f"trainer.total_training_steps ({total}) and will never be "

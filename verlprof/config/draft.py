@@ -1,88 +1,83 @@
-"""The mutable working copy of a profiling config, with the key each value came from.
+"""The working copy of a profiling config while it is read, with the key each value came from.
 
 Each layout reader fills a :class:`Draft`; the NeMo RL environment then overwrites parts of it
 (environment wins); the last checks and warnings read it; :func:`to_profiling` freezes it into a
 :class:`~verlprof.config.schema.ProfilingConfig`. Keeping the source key next to each value is
 what lets every later message name the exact key the user wrote (``global_profiler.steps``,
 ``critic.profiler.ranks``, ``NRL_NSYS_PROFILE_STEP_RANGE``) whatever the layout.
+
+The values themselves live in a frozen ``ProfilingConfig`` (:attr:`Draft.config`), replaced
+field by field as readers go: the draft declares no field or default of its own, so a new
+schema field needs nothing here. Only what the schema cannot hold yet is kept apart: per-role
+selections with their extra key, worker options not given (their default needs the topology),
+the ``trainer.profiler.torch`` keys given (verl's torch ``contents`` fill the others), and the
+provenance of values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import dacite
 
-from verlprof.config.schema import (
-    DEFAULT_FILENAME_TEMPLATE,
-    ROLES,
-    ProfilingConfig,
-)
+from verlprof.config.schema import ROLES, ComponentConfig, ProfilingConfig
 from verlprof.errors import ConfigError
 
 
-@dataclass
-class RoleDraft:
-    """One role's selection and the keys it was read from."""
+@dataclass(frozen=True)
+class RoleDraft(ComponentConfig):
+    """One role's selection (the schema's :class:`ComponentConfig`) and the keys it came from."""
 
-    ranks: Tuple[int, ...] = ()
-    all_ranks: bool = False
-    discrete: bool = False
-    ranks_key: str = ""
     all_ranks_key: str = ""
-    discrete_key: str = ""
-
-    @property
-    def selects_any(self) -> bool:
-        return self.all_ranks or bool(self.ranks)
+    """Full key the all-ranks flag was read from (the schema keeps only the ranks' key)."""
 
     @property
     def selection_key(self) -> str:
         """The key that makes this role select ranks (for messages)."""
         return self.all_ranks_key if self.all_ranks and not self.ranks else self.ranks_key
 
+    def component(self) -> Dict[str, Any]:
+        """The schema's fields of this selection, as :func:`to_profiling` freezes them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ComponentConfig)}
+
 
 @dataclass
 class Draft:
-    """Every ProfilingConfig field, plus where it came from."""
+    """The schema's values read so far, plus where they came from."""
 
-    source: str = "seed"
-    steps: Tuple[int, ...] = ()
-    steps_key: str = "trainer.profile_steps"
-    steps_given: bool = False
-    """The steps key was present and not null (``[]`` counts as given)."""
-    continuous: bool = False
-    continuous_key: str = "trainer.profile_continuous_steps"
-    tool: str = "nsys"
-    tool_key: str = "trainer.profiler.tool"
-    enabled: bool = True
-    enabled_key: str = "trainer.profiler.enabled"
-    disabled_reason: str = ""
-    """Why ``enabled`` is false, for the warning (``trainer.profiler.enabled is false``)."""
-    output_dir: str = ""
-    filename_template: str = DEFAULT_FILENAME_TEMPLATE
+    config: ProfilingConfig = field(default_factory=ProfilingConfig)
+    """Every value read so far; a field no reader set keeps the schema's default. Its
+    ``components``, ``nsys.worker_options`` and ``torch`` are filled from the fields below
+    when the draft is frozen."""
     roles: Dict[str, RoleDraft] = field(default_factory=lambda: {r: RoleDraft() for r in ROLES})
-    phases: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
     worker_options: Optional[Dict[str, Any]] = None
     """None: the user gave none, so the topology's defaults apply."""
-    worker_options_key: str = "trainer.worker_nsight_options"
-    worker_flags: Tuple[str, ...] = ()
-    worker_flags_key: str = "trainer.profiler.nsys.worker_flags"
-    controller_options: Dict[str, Any] = field(default_factory=dict)
-    controller_options_key: str = "trainer.controller_nsight_options"
-    controller_flags: Tuple[str, ...] = ()
-    controller_flags_key: str = "trainer.profiler.nsys.controller_flags"
-    trigger: str = "auto"
-    nsys_executable: str = "nsys"
     torch: Dict[str, Any] = field(default_factory=dict)
+    """The ``trainer.profiler.torch`` keys given; the others come from verl's torch ``contents``
+    (global_profiler layout), else the schema's defaults."""
     torch_contents: List[str] = field(default_factory=list)
     """verl's torch ``contents`` items collected from the global_profiler layout."""
-    rocprof_sys: Dict[str, Any] = field(default_factory=dict)
-    rpc_timeout_s: float = 120.0
-    finalize_timeout_s: float = 300.0
-    on_rank_failure: str = "continue"
+    steps_key: str = ""
+    """Key the steps were read from (every layout reader sets it)."""
+    steps_given: bool = False
+    """The steps key was present and not null (``[]`` counts as given)."""
+    continuous_key: str = ""
+    """Key the continuous flag was read from (every layout reader sets it)."""
+    disabled_reason: str = ""
+    """Why ``enabled`` is false, for the warning (``trainer.profiler.enabled is false``)."""
+    worker_flags_key: str = ""
+    controller_flags_key: str = ""
     warnings: List[str] = field(default_factory=list)
+
+    def set(self, **values: Any) -> None:
+        """Replace fields of :attr:`config` (a name the schema lacks is a TypeError: a bug)."""
+        self.config = dataclasses.replace(self.config, **values)
+
+    def set_nsys(self, **values: Any) -> None:
+        """Replace fields of ``config.nsys``."""
+        self.set(nsys=dataclasses.replace(self.config.nsys, **values))
 
     def warn(self, message: str) -> None:
         """Record a one-line warning (deduplicated when the config is frozen)."""
@@ -90,37 +85,12 @@ class Draft:
 
 
 def to_profiling(draft: Draft) -> ProfilingConfig:
-    """Freeze the draft with dacite (strict: a field the schema lacks is a bug caught here)."""
-    data = {
-        "steps": draft.steps,
-        "continuous_steps": draft.continuous,
-        "tool": draft.tool,
-        "enabled": draft.enabled,
-        "output_dir": draft.output_dir,
-        "filename_template": draft.filename_template,
-        "components": {
-            role: {"ranks": r.ranks, "all_ranks": r.all_ranks, "discrete": r.discrete,
-                   "ranks_key": r.ranks_key, "discrete_key": r.discrete_key}
-            for role, r in draft.roles.items()
-        },
-        "phases": dict(draft.phases),
-        "nsys": {
-            "worker_options": dict(draft.worker_options or {}),
-            "worker_flags": draft.worker_flags,
-            "controller_options": dict(draft.controller_options),
-            "controller_flags": draft.controller_flags,
-            "trigger": draft.trigger,
-            "executable": draft.nsys_executable,
-            "worker_options_key": draft.worker_options_key,
-            "controller_options_key": draft.controller_options_key,
-        },
-        "torch": dict(draft.torch),
-        "rocprof_sys": dict(draft.rocprof_sys),
-        "rpc_timeout_s": draft.rpc_timeout_s,
-        "finalize_timeout_s": draft.finalize_timeout_s,
-        "on_rank_failure": draft.on_rank_failure,
-        "source": draft.source,
-    }
+    """Freeze the draft with dacite, which fills every field not given with the schema's default
+    and checks each value against its field's type (strict: a wrong one is a bug caught here)."""
+    data = dataclasses.asdict(draft.config)
+    data["components"] = {role: r.component() for role, r in draft.roles.items()}
+    data["nsys"]["worker_options"] = dict(draft.worker_options or {})
+    data["torch"] = dict(draft.torch)
     try:
         return dacite.from_dict(ProfilingConfig, data,
                                 config=dacite.Config(cast=[tuple], strict=True))

@@ -26,6 +26,7 @@ are merged into the one torch configuration.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -96,10 +97,10 @@ def read_global(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Global
     v.known_keys(gp, GLOBAL_KEYS, PREFIX)
     tool = _tool(gp.get("tool"), draft, trainer_tool)
     settings = GlobalSettings(tool=tool)
-    draft.steps = v.steps(gp.get("steps"), f"{PREFIX}.steps")
+    draft.set(steps=v.steps(gp.get("steps"), f"{PREFIX}.steps"))
     draft.steps_key, draft.steps_given = f"{PREFIX}.steps", gp.get("steps") is not None
-    draft.continuous = v.boolean(gp.get("profile_continuous_steps"),
-                                 f"{PREFIX}.profile_continuous_steps")
+    draft.set(continuous_steps=v.boolean(gp.get("profile_continuous_steps"),
+                                         f"{PREFIX}.profile_continuous_steps"))
     draft.continuous_key = f"{PREFIX}.profile_continuous_steps"
     if gp.get("save_path") is not None:
         settings.save_path = v.text(gp["save_path"], f"{PREFIX}.save_path")
@@ -112,12 +113,12 @@ def read_global(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Global
     nsys = v.mapping(tools.get("nsys"), f"{key}.nsys")
     v.known_keys(nsys, NSYS_GLOBAL_KEYS, f"{key}.nsys")
     settings.nsys_discrete = v.boolean(nsys.get("discrete"), f"{key}.nsys.discrete")
-    draft.controller_options = dict(v.mapping(nsys.get("controller_nsight_options"),
-                                              f"{key}.nsys.controller_nsight_options"))
-    draft.controller_options_key = f"{key}.nsys.controller_nsight_options"
+    draft.set_nsys(controller_options=v.mapping(nsys.get("controller_nsight_options"),
+                                                f"{key}.nsys.controller_nsight_options"),
+                   controller_options_key=f"{key}.nsys.controller_nsight_options",
+                   worker_options_key=f"{key}.nsys.worker_nsight_options")
     worker = v.mapping(nsys.get("worker_nsight_options"), f"{key}.nsys.worker_nsight_options")
     draft.worker_options = dict(worker) or None
-    draft.worker_options_key = f"{key}.nsys.worker_nsight_options"
     torch = _torch_block(tools.get("torch"), f"{key}.torch")
     settings.torch_discrete = v.boolean(torch.get("discrete"), f"{key}.torch.discrete")
     draft.torch_contents = _contents(torch.get("contents"), f"{key}.torch.contents")
@@ -134,14 +135,14 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
                                          f"is {v.show(gp.tool)}; verlprof runs one tool for the "
                                          "whole run: set global_profiler.tool")
     enable = v.boolean(block.get("enable"), f"{key}.enable", default=True)
-    out = RoleDraft(ranks=v.ranks(block.get("ranks"), f"{key}.ranks"),
-                    all_ranks=v.boolean(block.get("all_ranks"), f"{key}.all_ranks"),
-                    ranks_key=f"{key}.ranks", all_ranks_key=f"{key}.all_ranks")
+    ranks = v.ranks(block.get("ranks"), f"{key}.ranks")
+    all_ranks = v.boolean(block.get("all_ranks"), f"{key}.all_ranks")
+    output_dir = draft.config.output_dir
     if block.get("save_path") is not None:
         save_path = v.text(block["save_path"], f"{key}.save_path")
-        if _norm(save_path) != _norm(draft.output_dir) and gp.save_path != save_path:
+        if _norm(save_path) != _norm(output_dir) and gp.save_path != save_path:
             draft.warn(f"ignored {key}.save_path ({save_path}); every report goes to the "
-                       f"output directory {draft.output_dir}")
+                       f"output directory {output_dir}")
     tool_config = v.mapping(block.get("tool_config"), f"{key}.tool_config")
     v.known_keys(tool_config, TOOL_SECTIONS, f"{key}.tool_config")
     for name in TOOL_SECTIONS:
@@ -153,22 +154,24 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
     role_torch = v.optional_boolean(torch.get("discrete"), f"{key}.tool_config.torch.discrete")
     contents = _contents(torch.get("contents"), f"{key}.tool_config.torch.contents")
 
-    if draft.tool == "torch":
-        out.discrete = gp.torch_discrete if role_torch is None else role_torch
-        out.discrete_key = (f"{PREFIX}.global_tool_config.torch.discrete" if role_torch is None
-                            else f"{key}.tool_config.torch.discrete")
+    if draft.config.tool == "torch":
+        discrete = gp.torch_discrete if role_torch is None else role_torch
+        discrete_key = (f"{PREFIX}.global_tool_config.torch.discrete" if role_torch is None
+                        else f"{key}.tool_config.torch.discrete")
     else:
-        out.discrete = gp.nsys_discrete
-        out.discrete_key = f"{PREFIX}.global_tool_config.nsys.discrete"
+        discrete = gp.nsys_discrete
+        discrete_key = f"{PREFIX}.global_tool_config.nsys.discrete"
         if role_nsys is not None and role_nsys != gp.nsys_discrete:
             draft.warn(f"ignored {key}.tool_config.nsys.discrete ({str(role_nsys).lower()}); "
-                       f"{out.discrete_key} ({str(gp.nsys_discrete).lower()}) applies to every "
+                       f"{discrete_key} ({str(gp.nsys_discrete).lower()}) applies to every "
                        "role")
+    out = RoleDraft(ranks=ranks, all_ranks=all_ranks, discrete=discrete, ranks_key=f"{key}.ranks",
+                    all_ranks_key=f"{key}.all_ranks", discrete_key=discrete_key)
     if not enable:
         if out.selects_any:
             draft.warn(f"{out.selection_key} is set but {key}.enable is false, so this role is "
                        "not profiled")
-        out.ranks, out.all_ranks = (), False
+        out = dataclasses.replace(out, ranks=(), all_ranks=False)
     else:
         # rebind, not +=: an ignored alias section is read into a shallow copy of the draft
         draft.torch_contents = draft.torch_contents + contents
@@ -191,7 +194,7 @@ def _tool(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Optional[str
     if value is None:
         if trainer_tool is not None:
             return trainer_tool
-        draft.enabled, draft.enabled_key = False, key
+        draft.set(enabled=False)
         draft.disabled_reason = f"{key} is null (verl: profiling off)"
         return None
     if isinstance(value, str) and value in _UNSUPPORTED_TOOLS:
@@ -201,7 +204,7 @@ def _tool(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Optional[str
     if trainer_tool is not None and trainer_tool != tool:
         raise ConfigError("trainer.profiler.tool", f"is {trainer_tool} but {key} is {tool}; "
                                                    "set only one of them")
-    draft.tool, draft.tool_key = tool, key
+    draft.set(tool=tool)
     return tool
 
 

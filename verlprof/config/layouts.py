@@ -33,21 +33,35 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from verlprof.config import global_profiler, profiler_block
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft, RoleDraft
-from verlprof.config.schema import ROLES
+from verlprof.config.schema import ROLES, ProfilingConfig
 from verlprof.errors import ConfigError
 
 SEED = "seed"
 VERL_PROFILER = "verl_profiler"
 VERL_GLOBAL_PROFILER = "verl_global_profiler"
 
-SEED_ROLE_KEYS: Tuple[str, ...] = ("profile_ranks", "profile_ranks_all", "profile_discrete")
+SEED_ROLE_FIELDS: Dict[str, str] = {"profile_ranks": "ranks", "profile_ranks_all": "all_ranks",
+                                    "profile_discrete": "discrete"}
+"""The seed layout's per-role keys → the field of
+:class:`~verlprof.config.schema.ComponentConfig` each sets."""
+
+SEED_ROLE_KEYS: Tuple[str, ...] = tuple(SEED_ROLE_FIELDS)
 """The seed layout's per-role keys."""
 
 PROFILER_KEYS: Tuple[str, ...] = ("_target_", "discrete", "all_ranks", "ranks")
 """Keys of a per-role ``profiler`` block in verl's 2025-06/07 layout."""
 
-TRAINER_PROFILE_KEYS: Tuple[str, ...] = ("profile_steps", "profile_continuous_steps", "profiler",
-                                         "controller_nsight_options", "worker_nsight_options")
+TRAINER_FIELDS: Dict[str, str] = {
+    "profile_steps": "steps",
+    "profile_continuous_steps": "continuous_steps",
+    "profiler": "",  # not one field: verlprof's own block (profiler_block), in every layout
+    "controller_nsight_options": "nsys.controller_options",
+    "worker_nsight_options": "nsys.worker_options",
+}
+"""Profiling keys of ``trainer`` (the seed and 2025-06/07 layouts) → the schema field each sets
+(a path in :class:`ProfilingConfig`)."""
+
+TRAINER_PROFILE_KEYS: Tuple[str, ...] = tuple(TRAINER_FIELDS)
 """Profiling keys of ``trainer`` (the seed and 2025-06/07 layouts)."""
 
 ROLE_SECTIONS: Dict[str, Tuple[str, ...]] = {
@@ -86,13 +100,13 @@ def read(raw: Mapping[Any, Any]) -> Draft:
     trainer = v.mapping(raw.get("trainer"), "trainer")
     _check_trainer_keys(trainer)
     sections = role_sections(raw)
-    draft = Draft(source=detect(raw, sections))
+    draft = Draft(config=ProfilingConfig(source=detect(raw, sections)))
     tool, output_dir = profiler_block.read(trainer.get("profiler"), draft)
-    if draft.source == VERL_GLOBAL_PROFILER:
+    if draft.config.source == VERL_GLOBAL_PROFILER:
         _read_global_layout(raw, trainer, sections, draft, tool, output_dir)
     else:
         _read_trainer(trainer, draft)
-        draft.output_dir = output_path(output_dir, trainer)
+        draft.set(output_dir=output_path(output_dir, trainer))
         for role in ROLES:
             draft.roles[role] = _read_role(role, sections[role], draft)
     return draft
@@ -162,7 +176,7 @@ def _read_global_layout(raw: Mapping[Any, Any], trainer: Mapping[Any, Any],
     gp = global_profiler.read_global(raw.get("global_profiler"), draft, tool)
     if output_dir is not None and gp.save_path is not None and output_dir != gp.save_path:
         draft.warn("read trainer.profiler.output_dir; ignored global_profiler.save_path")
-    draft.output_dir = output_path(output_dir or gp.save_path, trainer)
+    draft.set(output_dir=output_path(output_dir or gp.save_path, trainer))
     for role in ROLES:
         for section in sections[role]:
             if section.has_seed_keys():
@@ -231,12 +245,16 @@ def _profile_keys(section: Section) -> List[str]:
 
 def _read_trainer(trainer: Mapping[Any, Any], draft: Draft) -> None:
     """The trainer keys shared by the seed and 2025-06/07 layouts."""
-    draft.steps = v.steps(trainer.get("profile_steps"), "trainer.profile_steps")
+    draft.set(steps=v.steps(trainer.get("profile_steps"), "trainer.profile_steps"))
+    draft.steps_key = "trainer.profile_steps"
     draft.steps_given = trainer.get("profile_steps") is not None
-    draft.continuous = v.boolean(trainer.get("profile_continuous_steps"),
-                                 "trainer.profile_continuous_steps")
-    draft.controller_options = dict(v.mapping(trainer.get("controller_nsight_options"),
-                                              "trainer.controller_nsight_options"))
+    draft.set(continuous_steps=v.boolean(trainer.get("profile_continuous_steps"),
+                                         "trainer.profile_continuous_steps"))
+    draft.continuous_key = "trainer.profile_continuous_steps"
+    draft.set_nsys(controller_options=v.mapping(trainer.get("controller_nsight_options"),
+                                                "trainer.controller_nsight_options"),
+                   controller_options_key="trainer.controller_nsight_options",
+                   worker_options_key="trainer.worker_nsight_options")
     given = profiler_block.given_options(trainer.get("worker_nsight_options"),
                                          "trainer.worker_nsight_options")
     draft.worker_options = None if given is None else dict(given)
@@ -249,7 +267,7 @@ def _read_role(role: str, found: List[Section], draft: Draft) -> RoleDraft:
         return out
     # Nothing set: still name the key a user would set, in the layout the config uses.
     main = ROLE_SECTIONS[role][0]
-    if draft.source == VERL_PROFILER:
+    if draft.config.source == VERL_PROFILER:
         return RoleDraft(ranks_key=f"{main}.profiler.ranks",
                          all_ranks_key=f"{main}.profiler.all_ranks",
                          discrete_key=f"{main}.profiler.discrete")

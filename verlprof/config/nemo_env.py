@@ -144,24 +144,21 @@ def _apply_family(draft: Draft, env: Mapping[str, str], topology: Topology, tool
             extra = parse_extra_options(extra_value, extra_var)
         else:
             directory = v.text(extra_value, extra_var)
-            draft.output_dir = os.path.abspath(os.path.expanduser(directory))
+            draft.set(output_dir=os.path.abspath(os.path.expanduser(directory)))
 
     if draft.steps_given or any(r.selects_any for r in draft.roles.values()):
         draft.warn(f"{range_var} and {patterns_var} replace {draft.steps_key} and the per-role "
                    "rank selection of the config (the environment wins over the YAML)")
     selected = _match(patterns, worker_names(topology), patterns_var, draft)
-    draft.source = "nemo_env"
-    draft.tool, draft.tool_key = tool, patterns_var
-    draft.enabled, draft.enabled_key = True, patterns_var
-    draft.steps, draft.steps_key, draft.steps_given = steps, range_var, True
     # NeMo RL starts the capture when the range begins and stops it when the range ends.
-    draft.continuous, draft.continuous_key = True, range_var
+    draft.set(source="nemo_env", tool=tool, enabled=True, steps=steps, continuous_steps=True)
+    draft.steps_key, draft.steps_given, draft.continuous_key = range_var, True, range_var
     for role in draft.roles:
         draft.roles[role] = RoleDraft(all_ranks=role in selected, ranks_key=patterns_var,
                                       all_ranks_key=patterns_var, discrete_key=patterns_var)
     if extra is not None:
         # checked against the flags here so that a clash names this variable, not the YAML
-        v.options(extra, extra_var, draft.worker_flags, draft.worker_flags_key)
+        v.options(extra, extra_var, draft.config.nsys.worker_flags, draft.worker_flags_key)
         draft.worker_options = merge_options(draft.worker_options or {}, extra)
 
 

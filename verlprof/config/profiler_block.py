@@ -4,26 +4,70 @@ It is read the same way whatever the layout of the rest of the config, because n
 layouts has a place for what it holds (filename template, nsys trigger, phases, timeouts). In
 the ``global_profiler`` layout, ``tool`` and ``output_dir`` here may repeat
 ``global_profiler.tool`` / ``save_path``; :mod:`verlprof.config.global_profiler` resolves that.
+
+Its keys are the schema's own field names, so its key lists are read from the schema
+(:func:`block_keys`) and a key left out keeps the schema's default: nothing here restates one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+import dataclasses
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, get_type_hints
 
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
-from verlprof.config.schema import DEFAULT_FILENAME_TEMPLATE, ON_RANK_FAILURE, TOOLS
+from verlprof.config.schema import (
+    ON_RANK_FAILURE,
+    TOOLS,
+    TRIGGERS,
+    ProfilingConfig,
+    set_by_loader,
+)
 
 PREFIX = "trainer.profiler"
 
-KEYS: Tuple[str, ...] = ("tool", "enabled", "output_dir", "filename_template", "nsys", "torch",
-                         "rocprof_sys", "phases", "rpc_timeout_s", "finalize_timeout_s",
-                         "on_rank_failure")
+LAYOUT_FIELDS: Tuple[str, ...] = ("steps", "continuous_steps", "components",
+                                  "nsys.worker_options", "nsys.controller_options")
+"""Schema fields that every layout spells in a place of its own (``trainer.profile_steps``,
+``global_profiler.steps``, ``<role>.profile_ranks``, ...): the layout readers map them; this
+block holds every other setting, under the schema's own names."""
+
+
+def _blocks() -> Dict[str, Type[Any]]:
+    """Schema path → dataclass, for this block and its sub-blocks (``nsys``, ``torch``, ...)."""
+    types = get_type_hints(ProfilingConfig)
+    return {"": ProfilingConfig, **{
+        f.name: types[f.name] for f in dataclasses.fields(ProfilingConfig)
+        if dataclasses.is_dataclass(types[f.name]) and f.name not in LAYOUT_FIELDS}}
+
+
+def _path(block: str, name: str) -> str:
+    return f"{block}.{name}" if block else name
+
+
+def block_keys(block: str) -> Tuple[str, ...]:
+    """Keys of ``trainer.profiler`` (``block`` "") or of its sub-block ``block``: the schema's
+    fields there, in schema order, less those the loader sets and those the layouts spell."""
+    return tuple(f.name for f in dataclasses.fields(_blocks()[block])
+                 if not set_by_loader(f) and _path(block, f.name) not in LAYOUT_FIELDS)
+
+
+KEYS: Tuple[str, ...] = block_keys("")
 """Keys of ``trainer.profiler``."""
 
-NSYS_KEYS: Tuple[str, ...] = ("trigger", "executable", "worker_flags", "controller_flags")
-TORCH_KEYS: Tuple[str, ...] = ("record_shapes", "profile_memory", "with_stack", "cuda")
-ROCPROF_KEYS: Tuple[str, ...] = ("args", "env", "executable")
+NSYS_KEYS: Tuple[str, ...] = block_keys("nsys")
+TORCH_KEYS: Tuple[str, ...] = block_keys("torch")
+ROCPROF_KEYS: Tuple[str, ...] = block_keys("rocprof_sys")
+
+
+def field_keys() -> Dict[str, str]:
+    """Schema path → full key, for every setting this block holds (``nsys.trigger`` →
+    ``trainer.profiler.nsys.trigger``); sub-blocks themselves are not settings."""
+    blocks = _blocks()
+    return {_path(block, name): f"{PREFIX}.{_path(block, name)}"
+            for block in blocks for name in block_keys(block)
+            if not (block == "" and name in blocks)}
+
 
 _HINTS = {
     "worker_nsight_options": "nsys options are trainer.worker_nsight_options (one level up)",
@@ -38,34 +82,38 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
     """Fill ``draft`` from ``trainer.profiler``; return (tool, output_dir) as given, or None.
 
     Both are returned rather than stored because the ``global_profiler`` layout has its own
-    spelling of them and the caller decides which one applies.
+    spelling of them and the caller decides which one applies. A key left out or ``null``
+    keeps the draft's value, which is still the schema's default here.
     """
     block = v.mapping(value, PREFIX)
     v.known_keys(block, KEYS, PREFIX, _HINTS)
+    cfg = draft.config
     tool = None
     if block.get("tool") is not None:
         tool = v.choice(block["tool"], f"{PREFIX}.tool", TOOLS)
-        draft.tool, draft.tool_key = tool, f"{PREFIX}.tool"
-    draft.enabled = v.boolean(block.get("enabled"), f"{PREFIX}.enabled", default=True)
-    if not draft.enabled:
-        draft.enabled_key = f"{PREFIX}.enabled"
+        draft.set(tool=tool)
+    draft.set(enabled=v.boolean(block.get("enabled"), f"{PREFIX}.enabled", default=cfg.enabled))
+    if not draft.config.enabled:
         draft.disabled_reason = f"{PREFIX}.enabled is false"
     output_dir = None
     if block.get("output_dir") is not None:
         output_dir = v.text(block["output_dir"], f"{PREFIX}.output_dir")
-    draft.filename_template = v.filename_template(
-        block.get("filename_template"), f"{PREFIX}.filename_template", DEFAULT_FILENAME_TEMPLATE)
-    draft.phases = v.phases(block.get("phases"), f"{PREFIX}.phases")
-    draft.rpc_timeout_s = v.positive_number(block.get("rpc_timeout_s"),
-                                            f"{PREFIX}.rpc_timeout_s", draft.rpc_timeout_s)
-    draft.finalize_timeout_s = v.positive_number(
-        block.get("finalize_timeout_s"), f"{PREFIX}.finalize_timeout_s", draft.finalize_timeout_s)
-    if block.get("on_rank_failure") is not None:
-        draft.on_rank_failure = v.choice(block["on_rank_failure"], f"{PREFIX}.on_rank_failure",
-                                         ON_RANK_FAILURE)
+    # one argument per key, evaluated in this order: the first bad key is the one reported
+    draft.set(
+        filename_template=v.filename_template(block.get("filename_template"),
+                                              f"{PREFIX}.filename_template",
+                                              cfg.filename_template),
+        phases=v.phases(block.get("phases"), f"{PREFIX}.phases"),
+        rpc_timeout_s=v.positive_number(block.get("rpc_timeout_s"), f"{PREFIX}.rpc_timeout_s",
+                                        cfg.rpc_timeout_s),
+        finalize_timeout_s=v.positive_number(block.get("finalize_timeout_s"),
+                                             f"{PREFIX}.finalize_timeout_s",
+                                             cfg.finalize_timeout_s),
+        on_rank_failure=v.choice(block.get("on_rank_failure"), f"{PREFIX}.on_rank_failure",
+                                 ON_RANK_FAILURE, default=cfg.on_rank_failure))
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
-    draft.rocprof_sys = _read_rocprof(block.get("rocprof_sys"))
+    _read_rocprof(block.get("rocprof_sys"), draft)
     return tool, output_dir
 
 
@@ -75,51 +123,52 @@ def _read_nsys(value: Any, draft: Draft) -> None:
     v.known_keys(block, NSYS_KEYS, key, {
         "worker_options": "worker options are trainer.worker_nsight_options",
         "controller_options": "controller options are trainer.controller_nsight_options"})
-    draft.trigger = v.trigger(block.get("trigger"), f"{key}.trigger")
-    draft.nsys_executable = v.text(block.get("executable"), f"{key}.executable", default="nsys")
+    nsys = draft.config.nsys
     # Flags are only shape-checked here; whether they repeat an option is checked once the
     # options are known (they live outside this block).
-    draft.worker_flags = v.flags(block.get("worker_flags"), f"{key}.worker_flags")
+    draft.set_nsys(
+        trigger=v.choice(block.get("trigger"), f"{key}.trigger", TRIGGERS, default=nsys.trigger),
+        executable=v.text(block.get("executable"), f"{key}.executable", default=nsys.executable),
+        worker_flags=v.flags(block.get("worker_flags"), f"{key}.worker_flags"),
+        controller_flags=v.flags(block.get("controller_flags"), f"{key}.controller_flags"))
     draft.worker_flags_key = f"{key}.worker_flags"
-    draft.controller_flags = v.flags(block.get("controller_flags"), f"{key}.controller_flags")
     draft.controller_flags_key = f"{key}.controller_flags"
 
 
-def _read_torch(value: Any) -> dict:
-    """Only the keys given: the ``global_profiler`` layout may fill the others."""
+def _read_torch(value: Any) -> Dict[str, Any]:
+    """Only the keys given: the ``global_profiler`` layout may fill the others. Every torch
+    setting is a switch (``cuda`` may also be null: "decide at run time", its default)."""
     key = f"{PREFIX}.torch"
     block = v.mapping(value, key)
     v.known_keys(block, TORCH_KEYS, key)
-    out = {}
-    for name in ("record_shapes", "profile_memory", "with_stack"):
-        if block.get(name) is not None:
-            out[name] = v.boolean(block[name], f"{key}.{name}")
-    if block.get("cuda") is not None:
-        out["cuda"] = v.optional_boolean(block["cuda"], f"{key}.cuda")
-    return out
+    return {name: v.boolean(block[name], f"{key}.{name}")
+            for name in TORCH_KEYS if block.get(name) is not None}
 
 
-def _read_rocprof(value: Any) -> dict:
+def _read_rocprof(value: Any, draft: Draft) -> None:
     key = f"{PREFIX}.rocprof_sys"
     block = v.mapping(value, key)
     v.known_keys(block, ROCPROF_KEYS, key)
-    return {
-        "args": v.options(block.get("args"), f"{key}.args"),
-        "env": v.environment(block.get("env"), f"{key}.env"),
-        "executable": v.text(block.get("executable"), f"{key}.executable",
-                             default="rocprof-sys-python"),
-    }
+    rocprof = draft.config.rocprof_sys
+    draft.set(rocprof_sys=dataclasses.replace(
+        rocprof,
+        args=v.options(block.get("args"), f"{key}.args"),
+        env=v.environment(block.get("env"), f"{key}.env"),
+        executable=v.text(block.get("executable"), f"{key}.executable",
+                          default=rocprof.executable)))
 
 
 def check_options(draft: Draft) -> None:
     """Validate nsys options together with the flags that must not repeat them."""
+    nsys = draft.config.nsys
     if draft.worker_options is not None:
-        draft.worker_options = v.options(draft.worker_options, draft.worker_options_key,
-                                         draft.worker_flags, draft.worker_flags_key)
+        draft.worker_options = v.options(draft.worker_options, nsys.worker_options_key,
+                                         nsys.worker_flags, draft.worker_flags_key)
     else:
-        v.options({}, draft.worker_options_key, draft.worker_flags, draft.worker_flags_key)
-    draft.controller_options = v.options(draft.controller_options, draft.controller_options_key,
-                                         draft.controller_flags, draft.controller_flags_key)
+        v.options({}, nsys.worker_options_key, nsys.worker_flags, draft.worker_flags_key)
+    draft.set_nsys(controller_options=v.options(
+        nsys.controller_options, nsys.controller_options_key, nsys.controller_flags,
+        draft.controller_flags_key))
 
 
 def given_options(value: Any, key: str) -> Optional[Mapping[Any, Any]]:

@@ -3,14 +3,18 @@
 Every supported input layout (the seed layout, verl's 2025-06/07 per-role ``profiler`` blocks,
 verl's ``global_profiler`` layout, NeMo RL's ``NRL_*`` variables) is normalised into these
 classes by :mod:`verlprof.config.layouts`; nothing downstream knows which layout was used.
-The docstring under each field is the user-facing reference (``docs/config_reference.md`` is
-generated from it).
+Each setting is defined here once: its name, type, default and docstring. The layout readers
+only map their spellings onto these fields (``trainer.profiler`` takes its key lists from them),
+and the docstring under each field is the user-facing reference (``docs/config_reference.md`` is
+generated from it). Field order matters: a block's valid keys are listed in that order in
+error messages, and the reference lists the settings in it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple, Union
+from dataclasses import Field, dataclass, field
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 OptionValue = Union[str, int, float, bool, None]
 
@@ -29,6 +33,15 @@ TRIGGERS: Tuple[str, ...] = ("auto", "cuda", "nvtx")
 DEFAULT_FILENAME_TEMPLATE = "{component}_step{step}_rank{rank}_{host}_{pid}"
 """Default report base name; fields: component, step, rank, host, pid."""
 
+SET_BY_LOADER: Mapping[str, Any] = MappingProxyType({"set_by_loader": True})
+"""Field metadata of a field the loader fills in (a key for messages, the layout read): no
+layout reader accepts it from users, and the reference lists it apart from the settings."""
+
+
+def set_by_loader(spec: Field[Any]) -> bool:
+    """True for a field marked :data:`SET_BY_LOADER`."""
+    return bool(spec.metadata.get("set_by_loader"))
+
 
 @dataclass(frozen=True)
 class ComponentConfig:
@@ -43,11 +56,11 @@ class ComponentConfig:
     discrete: bool = False
     """One report per annotated phase call (e.g. ``update_actor``) instead of one per step."""
 
-    ranks_key: str = ""
+    ranks_key: str = field(default="", metadata=SET_BY_LOADER)
     """Full key the ranks were read from, e.g. ``actor_rollout_ref.actor.profile_ranks``; used
     in messages (set by the loader, not by users)."""
 
-    discrete_key: str = ""
+    discrete_key: str = field(default="", metadata=SET_BY_LOADER)
     """Full key the discrete flag was read from (set by the loader, for messages)."""
 
     @property
@@ -84,6 +97,13 @@ class ComponentsConfig:
 class NsysConfig:
     """Nsight Systems options for the controller and the workers."""
 
+    trigger: str = "auto"
+    """How windows open: ``cuda`` (torch.cuda.profiler start/stop, needs a GPU), ``nvtx`` (a
+    named NVTX range, works on CPU), ``auto`` (``cuda`` when the workers have CUDA)."""
+
+    executable: str = "nsys"
+    """The nsys binary (a name on PATH or an absolute path) used on every node."""
+
     worker_options: Dict[str, OptionValue] = field(default_factory=dict)
     """``nsys profile`` options for worker ranks (``trace: cuda,nvtx``); key ``t`` renders as
     ``-t VALUE``, longer keys as ``--key=VALUE``; ``null`` values are left out."""
@@ -97,17 +117,12 @@ class NsysConfig:
     controller_flags: Tuple[str, ...] = ()
     """Bare ``nsys profile`` flags for the controller."""
 
-    trigger: str = "auto"
-    """How windows open: ``cuda`` (torch.cuda.profiler start/stop, needs a GPU), ``nvtx`` (a
-    named NVTX range, works on CPU), ``auto`` (``cuda`` when the workers have CUDA)."""
-
-    executable: str = "nsys"
-    """The nsys binary (a name on PATH or an absolute path) used on every node."""
-
-    worker_options_key: str = "trainer.worker_nsight_options"
+    worker_options_key: str = field(default="trainer.worker_nsight_options",
+                                    metadata=SET_BY_LOADER)
     """Full key the worker options were read from (set by the loader, for messages)."""
 
-    controller_options_key: str = "trainer.controller_nsight_options"
+    controller_options_key: str = field(default="trainer.controller_nsight_options",
+                                        metadata=SET_BY_LOADER)
     """Full key the controller options were read from (set by the loader, for messages)."""
 
 
@@ -168,10 +183,6 @@ class ProfilingConfig:
     components: ComponentsConfig = field(default_factory=ComponentsConfig)
     """Per-role rank selection."""
 
-    phases: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
-    """Annotated phases per role that open a window in discrete mode (each once per step);
-    roles left out use verlprof's PPO defaults (``actor: [compute_log_prob, update_actor]``)."""
-
     nsys: NsysConfig = field(default_factory=NsysConfig)
     """Nsight Systems options."""
 
@@ -180,6 +191,10 @@ class ProfilingConfig:
 
     rocprof_sys: RocprofSysConfig = field(default_factory=RocprofSysConfig)
     """rocprof-sys options."""
+
+    phases: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    """Annotated phases per role that open a window in discrete mode (each once per step);
+    roles left out use verlprof's PPO defaults (``actor: [compute_log_prob, update_actor]``)."""
 
     rpc_timeout_s: float = 120.0
     """Seconds the controller waits for one start/stop fan-out before naming the late rank."""
@@ -192,7 +207,7 @@ class ProfilingConfig:
     reports missing with the reason and goes on training; ``raise`` stops every other window
     and raises ``ProfilingRuntimeError`` naming the rank at the step boundary."""
 
-    source: str = "seed"
+    source: str = field(default="seed", metadata=SET_BY_LOADER)
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,
     ``nemo_env`` (recorded in the manifest)."""
 

@@ -25,7 +25,7 @@ import string
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from verlprof.config.options import validate_options
-from verlprof.config.schema import ROLES, TRIGGERS
+from verlprof.config.schema import ROLES
 from verlprof.errors import ConfigError
 
 if TYPE_CHECKING:  # draft imports nothing from here, but keep the import graph one-way
@@ -122,16 +122,13 @@ def encodable(value: str, key: str) -> str:
     return value
 
 
-def choice(value: Any, key: str, valid: Sequence[str]) -> str:
-    """One of ``valid``; the error lists them."""
+def choice(value: Any, key: str, valid: Sequence[str], *, default: Optional[str] = None) -> str:
+    """One of ``valid``; ``null`` gives ``default`` (an error when None); the error lists them."""
+    if value is None and default is not None:
+        return default
     if not isinstance(value, str) or value not in valid:
         raise ConfigError(key, f"must be one of {', '.join(valid)}; got {show(value)}")
     return value
-
-
-def trigger(value: Any, key: str) -> str:
-    """An nsys window trigger (:data:`TRIGGERS`); ``null`` is ``auto``."""
-    return "auto" if value is None else choice(value, key, TRIGGERS)
 
 
 def steps(value: Any, key: str) -> Tuple[int, ...]:
@@ -315,16 +312,16 @@ def check_draft(draft: Draft) -> None:
     are silently meaningless (ranks without steps, steps without ranks, steps while disabled).
     """
     roles = draft.roles.values()
-    check_combination(draft.continuous, draft.continuous_key,
+    check_combination(draft.config.continuous_steps, draft.continuous_key,
                       [(r.discrete, r.discrete_key) for r in roles])
-    if not draft.steps:
+    if not draft.config.steps:
         state = "empty" if draft.steps_given else "null"
         for role in roles:
             if role.selects_any:
                 draft.warn(f"{draft.steps_key} is {state}, so {role.selection_key} selects "
                            "nothing")
         return
-    if not draft.enabled:
+    if not draft.config.enabled:
         draft.warn(f"{draft.disabled_reason}, so {draft.steps_key} profiles nothing")
     elif not any(role.selects_any for role in roles):
         key = draft.roles["actor"].ranks_key
