@@ -4,13 +4,25 @@ profiler, in-process, no Ray)."""
 import gzip
 import json
 import os
+from contextlib import nullcontext
+from typing import get_args
 
 import pytest
 
+from verlprof.backends.base import Capture, never_opened_reports, worker_report
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.worker import ProfilingWorkerMixin, annotate
+from verlprof.worker import ProfileSession, ProfilingWorkerMixin, annotate
+from verlprof.worker.session import (
+    ARMED,
+    FINALIZED,
+    IDLE,
+    OPEN,
+    TRANSITIONS,
+    SessionEvent,
+    SessionState,
+)
 
 TOPO = Topology.of({"actor_rollout_ref": 1, "critic": 1}, cuda=False)
 
@@ -28,10 +40,6 @@ class Worker(ProfilingWorkerMixin):
     def generate_sequences(self, x):
         self.calls.append(("generate_sequences", x))
         return x + 1
-
-    @annotate("actor", phase="custom_phase")
-    def helper(self):
-        return "h"
 
 
 def make(tmp_path, steps=(1, 2), discrete=False, continuous=False):
@@ -56,8 +64,6 @@ def test_unconfigured_worker_runs_methods_unchanged():
     assert worker.update_actor(3) == 6
     assert worker.verlprof_start((1,)) == "not-configured"
     assert worker.verlprof_finalize() == []
-    assert worker.update_actor.__verlprof_phase__ == ("actor", "update_actor")
-    assert worker.helper.__verlprof_phase__ == ("actor", "custom_phase")
 
 
 def test_whole_step_windows_with_idempotent_start_stop(tmp_path):
@@ -149,3 +155,237 @@ def test_read_chunk_refuses_paths_outside_its_raw_dir(tmp_path):
     with pytest.raises(PermissionError):
         worker.verlprof_read_chunk("/etc/passwd", 0, 10)
     assert worker.verlprof_discard(str(tmp_path / "nothing")) is False
+
+
+# -- the transition table, one test per row -------------------------------------------------
+
+
+class LogCapture(Capture):
+    """Notes what the session asks of its capture; ``fail_close`` makes the next close fail."""
+
+    def __init__(self, plan):
+        super().__init__(plan)
+        self.log = []
+        self.fail_close = False
+
+    def open(self, window):
+        self.log.append(("open", window.steps, window.phase))
+
+    def close(self, window):
+        self.log.append(("close", window.steps, window.phase))
+        if self.fail_close:
+            self.fail_close = False
+            raise OSError("disk full")
+
+    def phase(self, label):
+        self.log.append(("phase", label))
+        return nullcontext()
+
+    def flush(self, never_opened):
+        self.log.append(("flush", len(never_opened)))
+
+    def collect(self, opened, never_opened, timeout_s):
+        self.log.append(("collect",))
+        return [worker_report(o.window, raw_path=None, status="ok") for o in opened] + \
+            never_opened_reports(never_opened)
+
+
+def session_of(tmp_path, mode):
+    plan, _ = make(tmp_path, steps=(1, 2), discrete=mode == "discrete")
+    session = ProfileSession(plan.process("actor_rollout_ref", 0), Worker())
+    session.capture = LogCapture(session.plan)
+    return session
+
+
+def fire(session, state, event):
+    """Bring ``session`` to ``state``, then apply ``event``: (its reply, what the capture was
+    asked meanwhile, the state after). A discrete window is open only during a phase call."""
+
+    def apply():
+        assert session.state == state
+        session.capture.log.clear()
+        reply = event(session)
+        return reply, list(session.capture.log), session.state
+
+    if state == OPEN and session.plan.mode == "discrete":
+        session.start((1,))
+        out = []
+        session.run_phase("actor", "update_actor", lambda owner: out.append(apply()),
+                          session.owner, (), {})
+        return out[0]
+    if state in (ARMED, OPEN):
+        session.start((1,))
+    if state == ARMED and session.plan.mode == "whole":  # only after its window failed to close
+        session.capture.fail_close = True
+        with pytest.raises(OSError):
+            session.stop()
+    if state == FINALIZED:
+        session.finalize(0)
+    return apply()
+
+
+def phase_event(session, role="actor", phase="update_actor"):
+    return session.run_phase(role, phase, lambda owner, x: ("ran", x), session.owner, (7,), {})
+
+
+MODES = ("whole", "discrete")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_has_one_row_per_state_and_event(mode):
+    assert set(TRANSITIONS[mode]) == {(s, e) for s in get_args(SessionState)
+                                      for e in get_args(SessionEvent)}
+
+
+def test_whole_idle_start_opens_the_window(tmp_path):
+    session = session_of(tmp_path, "whole")
+    assert fire(session, IDLE, lambda s: s.start()) == ("started", [("open", (1,), None)], OPEN)
+    assert session.armed == (1,) and session.owner._verlprof_active
+    other = session_of(tmp_path, "whole")
+    assert fire(other, IDLE, lambda s: s.start((7,))) == ("not-planned", [], IDLE)
+    assert other.ignored == ["start of steps [7] ignored: not planned or already captured"]
+    assert not other.owner._verlprof_active
+
+
+def test_discrete_idle_start_arms_the_step(tmp_path):
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, IDLE, lambda s: s.start((2,))) == ("started", [], ARMED)
+    assert session.armed == (2,) and session.owner._verlprof_active
+
+
+def test_whole_armed_start(tmp_path):
+    """Armed without a window: whole mode, after its window failed to close."""
+    session = session_of(tmp_path, "whole")
+    assert fire(session, ARMED, lambda s: s.start((1,))) == ("already-started", [], ARMED)
+    assert session.start((2,)) == "started" and session.capture.log == [("open", (2,), None)]
+
+
+def test_discrete_armed_start(tmp_path):
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, ARMED, lambda s: s.start((1,))) == ("already-started", [], ARMED)
+    assert session.start() == "started"  # the next planned window: (2,) replaces (1,)
+    assert (session.armed, session.state, session.capture.log) == ((2,), ARMED, [])
+    assert session.start() == "not-planned" and session.armed == (2,)  # none left: kept
+
+
+def test_whole_open_start(tmp_path):
+    session = session_of(tmp_path, "whole")
+    assert fire(session, OPEN, lambda s: s.start((1,))) == ("already-started", [], OPEN)
+    assert fire(session_of(tmp_path, "whole"), OPEN, lambda s: s.start((2,))) == (
+        "started", [("close", (1,), None), ("open", (2,), None)], OPEN)
+
+
+def test_discrete_open_start(tmp_path):
+    """A start while a phase's window is open (a threaded actor): another step closes it."""
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, OPEN, lambda s: s.start((1,))) == ("already-started", [], OPEN)
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, OPEN, lambda s: s.start((2,))) == (
+        "started", [("close", (1,), "update_actor")], ARMED)
+    assert session.state == ARMED and session.armed == (2,)  # the phase's end closed nothing
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_finalized_start_opens_nothing(tmp_path, mode):
+    assert fire(session_of(tmp_path, mode), FINALIZED, lambda s: s.start((2,))) == (
+        "finalized", [], FINALIZED)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_idle_stop_is_a_no_op(tmp_path, mode):
+    assert fire(session_of(tmp_path, mode), IDLE, lambda s: s.stop()) == ("not-started", [],
+                                                                          IDLE)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_armed_stop_disarms(tmp_path, mode):
+    session = session_of(tmp_path, mode)
+    assert fire(session, ARMED, lambda s: s.stop((2,))) == ("not-started", [], ARMED)
+    assert session.stop((1,)) == "stopped" and session.capture.log == []
+    assert (session.state, session.armed, session.owner._verlprof_active) == (IDLE, None, False)
+
+
+def test_whole_open_stop_closes_the_window(tmp_path):
+    session = session_of(tmp_path, "whole")
+    assert fire(session, OPEN, lambda s: s.stop()) == ("stopped", [("close", (1,), None)], IDLE)
+    assert session.opened[0].end_ns >= session.opened[0].start_ns
+
+
+def test_discrete_open_stop_closes_the_phase_window_once(tmp_path):
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, OPEN, lambda s: s.stop()) == (
+        "stopped", [("close", (1,), "update_actor")], IDLE)
+    assert session.capture.log == [("close", (1,), "update_actor")]  # not again at its end
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_finalized_stop_is_a_no_op(tmp_path, mode):
+    assert fire(session_of(tmp_path, mode), FINALIZED, lambda s: s.stop()) == (
+        "not-started", [], FINALIZED)
+
+
+@pytest.mark.parametrize("state", [IDLE, ARMED, OPEN, FINALIZED])
+def test_whole_phase_is_a_range_the_open_window_records(tmp_path, state):
+    assert fire(session_of(tmp_path, "whole"), state, phase_event) == (
+        ("ran", 7), [("phase", "actor/update_actor")], state)
+
+
+@pytest.mark.parametrize("state", [IDLE, FINALIZED])
+def test_discrete_phase_without_an_armed_step_runs_as_is(tmp_path, state):
+    assert fire(session_of(tmp_path, "discrete"), state, phase_event) == (("ran", 7), [], state)
+
+
+def test_discrete_armed_phase_opens_its_own_window_once(tmp_path):
+    session = session_of(tmp_path, "discrete")
+    assert fire(session, ARMED, phase_event) == (("ran", 7), [
+        ("open", (1,), "update_actor"), ("phase", "actor/update_actor"),
+        ("close", (1,), "update_actor")], ARMED)
+    session.capture.log.clear()
+    assert phase_event(session) == ("ran", 7)  # used up in this step
+    assert phase_event(session, "rollout", "generate_sequences") == ("ran", 7)  # not selected
+    assert session.capture.log == [] and len(session.opened) == 1
+
+
+def test_discrete_open_phase_runs_inside_the_open_window(tmp_path):
+    """A nested phase: no window and no range of its own."""
+    assert fire(session_of(tmp_path, "discrete"), OPEN,
+                lambda s: phase_event(s, phase="compute_log_prob")) == (("ran", 7), [], OPEN)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_idle_finalize_hands_over_every_planned_window(tmp_path, mode):
+    session = session_of(tmp_path, mode)
+    reports, log, state = fire(session, IDLE, lambda s: s.finalize(0))
+    planned = len(session.plan.windows)
+    assert (log, state) == ([("flush", planned), ("collect",)], FINALIZED)
+    assert [r.status for r in reports] == ["missing"] * planned
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_armed_finalize_disarms_first(tmp_path, mode):
+    session = session_of(tmp_path, mode)
+    reports, log, state = fire(session, ARMED, lambda s: s.finalize(0))
+    never_opened = len(session.plan.windows) - len(session.opened)
+    assert (log, state) == ([("flush", never_opened), ("collect",)], FINALIZED)
+    assert session.armed is None and not session.owner._verlprof_active
+
+
+def test_whole_open_finalize_closes_the_window_first(tmp_path):
+    reports, log, state = fire(session_of(tmp_path, "whole"), OPEN, lambda s: s.finalize(0))
+    assert (log, state) == ([("close", (1,), None), ("flush", 1), ("collect",)], FINALIZED)
+    assert [(r.report.steps, r.status) for r in reports] == [((1,), "ok"), ((2,), "missing")]
+
+
+def test_discrete_open_finalize_closes_the_phase_window_first(tmp_path):
+    reports, log, state = fire(session_of(tmp_path, "discrete"), OPEN, lambda s: s.finalize(0))
+    assert (log, state) == ([("close", (1,), "update_actor"), ("flush", 3), ("collect",)],
+                            FINALIZED)
+    assert [r.status for r in reports] == ["ok", "missing", "missing", "missing"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_finalized_finalize_answers_the_same_again(tmp_path, mode):
+    session = session_of(tmp_path, mode)
+    first = session.finalize(0)
+    reports, log, state = fire(session, FINALIZED, lambda s: s.finalize(0))
+    assert (reports, log, state) == (first, [], FINALIZED) and reports is not first
