@@ -37,7 +37,7 @@ import socket
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
 
-from verlprof import __version__, paths
+from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
@@ -56,6 +56,7 @@ from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 from verlprof.runtime.teardown import settle_on_nodes
+from verlprof.version import __version__
 from verlprof.worker.identity import node_id
 
 __all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "describe_error"]
