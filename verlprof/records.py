@@ -8,7 +8,7 @@ identity (:class:`ReportIdentity`) from the plan through the worker's reply into
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Tuple
+from typing import Literal, Optional, Tuple, get_args
 
 Tool = Literal["nsys", "torch", "rocprof_sys"]
 """A profiling backend."""
@@ -31,7 +31,8 @@ STATUS_OK: Status = "ok"
 STATUS_MISSING: Status = "missing"
 STATUS_INCOMPLETE: Status = "incomplete"
 STATUSES: Tuple[Status, ...] = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
-ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = ("continue", "raise")
+ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = get_args(OnRankFailure)
+"""The valid ``on_rank_failure`` values, read from the Literal so they are written once."""
 
 StepWindow = Tuple[int, ...]
 """Training steps one window covers: one step, or a consecutive run when continuous."""

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
+
+import pytest
 
 from tests.docs.snippets import ROOT
+from verlprof import records
 from verlprof.config import layouts, profiler_block, reference, schema
 
 
@@ -35,7 +39,26 @@ def test_every_schema_field_is_documented_and_no_entry_is_stale():
                           schema.ComponentConfig, schema.NsysConfig,
                           schema.TorchProfilerConfig, schema.RocprofSysConfig)
               for f in dataclasses.fields(cls)}
-    assert fields == set(reference.KEYS)
+    where = reference.keys()
+    assert fields == set(where)
+    assert set(reference.NOTES) <= {name for name, keys in where.items() if not keys.internal}
+
+
+def test_a_field_no_reader_maps_fails_the_reference(monkeypatch):
+    """A new schema field that no layout reader maps must not reach the docs as if it worked."""
+    monkeypatch.setattr(profiler_block, "field_keys", lambda: {})
+    with pytest.raises(ValueError, match="no layout reader maps: ProfilingConfig.tool"):
+        reference.keys()
+
+
+def test_closed_choices_are_the_records_literals_and_render_as_strings():
+    hints = typing.get_type_hints(schema.ProfilingConfig)
+    assert hints["tool"] == records.Tool
+    assert hints["on_rank_failure"] == records.OnRankFailure
+    trigger = typing.get_type_hints(schema.NsysConfig)["trigger"]
+    assert set(typing.get_args(records.Trigger)) < set(typing.get_args(trigger))
+    assert reference.yaml_type("Tool") == reference.yaml_type("OnRankFailure") == "string"
+    assert reference.yaml_type("NsysTrigger") == "string"
 
 
 def test_every_docstring_is_rendered():
@@ -56,7 +79,7 @@ def test_documented_keys_are_keys_the_loader_reads():
         "trainer.profiler.rocprof_sys": set(profiler_block.ROCPROF_KEYS),
         "<role>": set(layouts.SEED_ROLE_KEYS),
     }
-    for name, keys in reference.KEYS.items():
+    for name, keys in reference.keys().items():
         if keys.internal:
             continue
         parent, _, leaf = keys.seed.rpartition(".")

@@ -1,10 +1,12 @@
-"""Generate ``docs/config_reference.md`` from the docstrings under each field of the schema.
+"""Generate ``docs/config_reference.md`` from the schema: its fields, defaults and docstrings.
 
-The schema (:mod:`verlprof.config.schema`) is parsed with :mod:`ast`, not imported: the text is
-exactly what a reader of the source sees, in source order. Each field is listed under the YAML
-key a user writes (seed layout), with the equivalent keys of verl's layouts and NeMo RL's
-variables from :data:`KEYS`. Every schema field must appear in :data:`KEYS` (a test checks
-that), so a new field cannot reach users undocumented.
+Types, defaults and values are read from the imported schema (:mod:`verlprof.config.schema`);
+the docstrings under each field, which Python does not keep, are read from its source with
+:mod:`ast`, in source order. Each setting is listed under the key a user writes in the seed
+layout, which comes from the layout readers' own spelling tables (``trainer.profiler`` keys
+are the schema's names, see :mod:`.profiler_block`; the ``trainer`` and role keys are in
+:mod:`.layouts`), so a schema field that no reader maps fails here. :data:`NOTES` adds how
+verl's layouts and NeMo RL's variables spell the same setting.
 
 ::
 
@@ -17,24 +19,40 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import difflib
 import os
 import sys
+import typing
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+
+from verlprof.config import layouts, profiler_block, schema
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema.py")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUTPUT = os.path.join(REPO_ROOT, "docs", "config_reference.md")
 
-ROLE_SECTIONS: Dict[str, str] = {
-    "actor": "actor_rollout_ref.actor",
-    "rollout": "actor_rollout_ref.rollout",
-    "ref": "actor_rollout_ref.ref",
-    "critic": "critic",
-    "rm": "reward_model",
-}
+ROLE_SECTIONS: Dict[str, str] = {role: keys[0] for role, keys in layouts.ROLE_SECTIONS.items()}
 """Main YAML section of each role (aliases are listed in docs/config_sources.md)."""
+
+ROLE_ALIASES: Tuple[str, ...] = tuple(alias for sections in layouts.ROLE_SECTIONS.values()
+                                     for alias in sections[1:])
+"""The other sections a role may be set in (``rm`` for ``reward_model``...)."""
+
+
+@dataclass(frozen=True)
+class Notes:
+    """How other layouts set one schema field, and the default users really get (Markdown)."""
+
+    verl_profiler: str = ""
+    """verl 2025-06/07 layout, when it differs from the seed key."""
+    global_profiler: str = ""
+    """verl 2025-08+ ``global_profiler`` layout, when it differs from the seed key."""
+    nemo: str = ""
+    """NeMo RL environment variable(s) that set it."""
+    default: str = ""
+    """The effective default when the schema's default is not what users get."""
 
 
 @dataclass(frozen=True)
@@ -43,97 +61,58 @@ class Keys:
 
     seed: str
     """Key in verlprof's primary (seed) layout; ``<role>`` stands for a role section."""
-    verl_profiler: str = ""
-    """verl 2025-06/07 layout, when it differs from the seed key."""
-    global_profiler: str = ""
-    """verl 2025-08+ ``global_profiler`` layout, when it differs from the seed key."""
-    nemo: str = ""
-    """NeMo RL environment variable(s) that set it."""
-    default: str = ""
-    """The effective default when the schema's default is not what users get (Markdown)."""
+    notes: Notes = Notes()
+    """The other layouts' spellings."""
     internal: bool = False
     """A block of other fields, or set by the loader: not a user setting."""
 
 
-KEYS: Dict[str, Keys] = {
-    "ProfilingConfig.steps": Keys(
-        "trainer.profile_steps", global_profiler="`global_profiler.steps`",
+NOTES: Dict[str, Notes] = {
+    "ProfilingConfig.steps": Notes(
+        global_profiler="`global_profiler.steps`",
         nemo="`NRL_NSYS_PROFILE_STEP_RANGE` or `NRL_TORCH_PROFILE_STEP_RANGE`"),
-    "ProfilingConfig.continuous_steps": Keys(
-        "trainer.profile_continuous_steps",
+    "ProfilingConfig.continuous_steps": Notes(
         global_profiler="`global_profiler.profile_continuous_steps`",
         nemo="always true: the step range is one window"),
-    "ProfilingConfig.tool": Keys(
-        "trainer.profiler.tool", global_profiler="`global_profiler.tool`",
+    "ProfilingConfig.tool": Notes(
+        global_profiler="`global_profiler.tool`",
         nemo="`nsys` when `NRL_NSYS_*` is set, `torch` when `NRL_TORCH_PROFILE_*` is"),
-    "ProfilingConfig.enabled": Keys(
-        "trainer.profiler.enabled", global_profiler="`global_profiler.tool: null` turns it off"),
-    "ProfilingConfig.output_dir": Keys(
-        "trainer.profiler.output_dir",
+    "ProfilingConfig.enabled": Notes(global_profiler="`global_profiler.tool: null` turns it off"),
+    "ProfilingConfig.output_dir": Notes(
         global_profiler="`global_profiler.save_path` (`trainer.profiler.output_dir` wins)",
         nemo="`NRL_TORCH_PROFILE_DIR`",
         default="`<trainer.default_local_dir or outputs>/<trainer.experiment_name>/profiling`, "
                 "made absolute"),
-    "ProfilingConfig.filename_template": Keys("trainer.profiler.filename_template"),
-    "ProfilingConfig.components": Keys("<role section>", internal=True),
-    "ProfilingConfig.phases": Keys("trainer.profiler.phases"),
-    "ProfilingConfig.nsys": Keys("trainer.profiler.nsys", internal=True),
-    "ProfilingConfig.torch": Keys("trainer.profiler.torch", internal=True),
-    "ProfilingConfig.rocprof_sys": Keys("trainer.profiler.rocprof_sys", internal=True),
-    "ProfilingConfig.rpc_timeout_s": Keys("trainer.profiler.rpc_timeout_s"),
-    "ProfilingConfig.finalize_timeout_s": Keys("trainer.profiler.finalize_timeout_s"),
-    "ProfilingConfig.on_rank_failure": Keys("trainer.profiler.on_rank_failure"),
-    "ProfilingConfig.source": Keys("", internal=True),
-    "ComponentsConfig.actor": Keys("actor_rollout_ref.actor", internal=True),
-    "ComponentsConfig.rollout": Keys("actor_rollout_ref.rollout", internal=True),
-    "ComponentsConfig.ref": Keys("actor_rollout_ref.ref", internal=True),
-    "ComponentsConfig.critic": Keys("critic", internal=True),
-    "ComponentsConfig.rm": Keys("reward_model", internal=True),
-    "ComponentConfig.ranks": Keys(
-        "<role>.profile_ranks", verl_profiler="`<role>.profiler.ranks`",
+    "ComponentConfig.ranks": Notes(
+        verl_profiler="`<role>.profiler.ranks`",
         global_profiler="`<role>.profiler.ranks` (and `<role>.profiler.enable`)",
         nemo="`NRL_NSYS_WORKER_PATTERNS` or `NRL_TORCH_PROFILE_WORKER_PATTERNS` (every rank of "
              "a matched worker)"),
-    "ComponentConfig.all_ranks": Keys(
-        "<role>.profile_ranks_all", verl_profiler="`<role>.profiler.all_ranks`",
+    "ComponentConfig.all_ranks": Notes(
+        verl_profiler="`<role>.profiler.all_ranks`",
         global_profiler="`<role>.profiler.all_ranks`"),
-    "ComponentConfig.discrete": Keys(
-        "<role>.profile_discrete", verl_profiler="`<role>.profiler.discrete`",
+    "ComponentConfig.discrete": Notes(
+        verl_profiler="`<role>.profiler.discrete`",
         global_profiler="`global_profiler.global_tool_config.nsys.discrete` (nsys, every "
                         "role); `<role>.profiler.tool_config.torch.discrete` (torch)",
         nemo="always false"),
-    "ComponentConfig.ranks_key": Keys("", internal=True),
-    "ComponentConfig.discrete_key": Keys("", internal=True),
-    "NsysConfig.worker_options_key": Keys("", internal=True),
-    "NsysConfig.controller_options_key": Keys("", internal=True),
-    "NsysConfig.worker_options": Keys(
-        "trainer.worker_nsight_options",
+    "NsysConfig.worker_options": Notes(
         global_profiler="`global_profiler.global_tool_config.nsys.worker_nsight_options`",
         nemo="`NRL_NSYS_EXTRA_OPTIONS` (merged over it)",
         default="`{trace: cuda,nvtx,cublas, cuda-memory-usage: true, cuda-graph-trace: node}` "
                 "when `trainer.device` is `cuda` (the default), else `{trace: nvtx,osrt}`"),
-    "NsysConfig.worker_flags": Keys("trainer.profiler.nsys.worker_flags"),
-    "NsysConfig.controller_options": Keys(
-        "trainer.controller_nsight_options",
+    "NsysConfig.controller_options": Notes(
         global_profiler="`global_profiler.global_tool_config.nsys.controller_nsight_options`"),
-    "NsysConfig.controller_flags": Keys("trainer.profiler.nsys.controller_flags"),
-    "NsysConfig.trigger": Keys("trainer.profiler.nsys.trigger"),
-    "NsysConfig.executable": Keys("trainer.profiler.nsys.executable"),
-    "TorchProfilerConfig.record_shapes": Keys(
-        "trainer.profiler.torch.record_shapes",
+    "TorchProfilerConfig.record_shapes": Notes(
         global_profiler="`shapes` in a torch `contents` list"),
-    "TorchProfilerConfig.profile_memory": Keys(
-        "trainer.profiler.torch.profile_memory",
+    "TorchProfilerConfig.profile_memory": Notes(
         global_profiler="`memory` in a torch `contents` list"),
-    "TorchProfilerConfig.with_stack": Keys(
-        "trainer.profiler.torch.with_stack", global_profiler="`stack` in a torch `contents` list"),
-    "TorchProfilerConfig.cuda": Keys(
-        "trainer.profiler.torch.cuda", global_profiler="`cuda` in a torch `contents` list"),
-    "RocprofSysConfig.args": Keys("trainer.profiler.rocprof_sys.args"),
-    "RocprofSysConfig.env": Keys("trainer.profiler.rocprof_sys.env"),
-    "RocprofSysConfig.executable": Keys("trainer.profiler.rocprof_sys.executable"),
+    "TorchProfilerConfig.with_stack": Notes(
+        global_profiler="`stack` in a torch `contents` list"),
+    "TorchProfilerConfig.cuda": Notes(global_profiler="`cuda` in a torch `contents` list"),
 }
-"""Schema field (``Class.field``) → where users set it."""
+"""Schema field (``Class.field``) → how verl's layouts and NeMo RL spell it (only fields that
+have another spelling or a default that depends on the run)."""
 
 SECTIONS: Tuple[Tuple[str, str, str], ...] = (
     ("ProfilingConfig", "Run-wide settings",
@@ -142,7 +121,7 @@ SECTIONS: Tuple[Tuple[str, str, str], ...] = (
     ("ComponentConfig", "Per-role rank selection",
      "One block per role. `<role>` is one of: "
      + ", ".join(f"`{s}`" for s in ROLE_SECTIONS.values())
-     + " (aliases: `actor_rollout_ref.critic`, `rm`, `actor_rollout_ref.rm`)."),
+     + " (aliases: " + ", ".join(f"`{a}`" for a in ROLE_ALIASES) + ")."),
     ("NsysConfig", "Nsight Systems (`tool: nsys`)",
      "Options are written as YAML mappings and rendered to `nsys profile` arguments. "
      "verlprof always sets `--capture-range`, `--capture-range-end=repeat:N`, "
@@ -159,7 +138,7 @@ CONSTANTS: Tuple[str, ...] = ("TOOLS", "ROLES", "TRIGGERS", "DEFAULT_FILENAME_TE
 
 @dataclass(frozen=True)
 class FieldDoc:
-    """One dataclass field as written in the source."""
+    """One dataclass field: its annotation as written, its default as YAML, its docstring."""
 
     owner: str
     name: str
@@ -170,7 +149,8 @@ class FieldDoc:
 
 def parse_schema(path: str = SCHEMA_PATH) -> Tuple[Dict[str, List[FieldDoc]],
                                                    Dict[str, Tuple[str, str]]]:
-    """Fields per dataclass (source order) and the documented module constants."""
+    """Fields per dataclass and the documented module constants, in source order; values come
+    from the imported schema, docstrings from the source at ``path``."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), filename=path)
     classes: Dict[str, List[FieldDoc]] = {}
@@ -178,24 +158,24 @@ def parse_schema(path: str = SCHEMA_PATH) -> Tuple[Dict[str, List[FieldDoc]],
     body = tree.body
     for i, node in enumerate(body):
         if isinstance(node, ast.ClassDef):
-            classes[node.name] = _fields(node)
+            cls = getattr(schema, node.name)
+            if dataclasses.is_dataclass(cls):
+                docs = _field_docs(node)
+                classes[node.name] = [
+                    FieldDoc(node.name, f.name, str(f.type), _default(f), docs.get(f.name, ""))
+                    for f in dataclasses.fields(cls)]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             doc = _docstring_after(body, i)
             for target in targets:
                 if doc and isinstance(target, ast.Name):
-                    constants[target.id] = (_default(node.value), doc)
+                    constants[target.id] = (yaml_value(getattr(schema, target.id)), doc)
     return classes, constants
 
 
-def _fields(cls: ast.ClassDef) -> List[FieldDoc]:
-    out = []
-    for i, node in enumerate(cls.body):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        out.append(FieldDoc(cls.name, node.target.id, ast.unparse(node.annotation),
-                            _default(node.value), _docstring_after(cls.body, i)))
-    return out
+def _field_docs(cls: ast.ClassDef) -> Dict[str, str]:
+    return {node.target.id: _docstring_after(cls.body, i) for i, node in enumerate(cls.body)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
 
 
 def _docstring_after(body: Sequence[ast.stmt], index: int) -> str:
@@ -207,32 +187,74 @@ def _docstring_after(body: Sequence[ast.stmt], index: int) -> str:
     return ""
 
 
-def _default(value: Optional[ast.expr]) -> str:
-    """The default as YAML would show it."""
+def _default(spec: dataclasses.Field[Any]) -> str:
+    if spec.default is not dataclasses.MISSING:
+        return yaml_value(spec.default)
+    if spec.default_factory is not dataclasses.MISSING:
+        return yaml_value(spec.default_factory())
+    return "required"
+
+
+def yaml_value(value: Any) -> str:
+    """A default as YAML shows it: ``null``, ``true``, ``"nsys"``, ``[a, b]``, ``{}``."""
     if value is None:
-        return "required"
-    if isinstance(value, ast.Call) and ast.unparse(value.func) == "field":
-        for kw in value.keywords:
-            if kw.arg == "default_factory":
-                factory = ast.unparse(kw.value)
-                return {"dict": "{}", "list": "[]", "tuple": "[]"}.get(factory, "see below")
-            if kw.arg == "default":
-                return _default(kw.value)
-        return "required"
-    if isinstance(value, ast.Constant):
-        literal = value.value
-        if literal is None:
-            return "null"
-        if isinstance(literal, bool):
-            return str(literal).lower()
-        if isinstance(literal, str):
-            return f'"{literal}"'
-        return repr(literal)
-    if isinstance(value, ast.Tuple) and all(isinstance(e, ast.Constant) for e in value.elts):
-        return "[" + ", ".join(str(e.value) for e in value.elts) + "]"
-    if isinstance(value, ast.Name) and value.id == "DEFAULT_FILENAME_TEMPLATE":
-        return "DEFAULT_FILENAME_TEMPLATE"
-    return ast.unparse(value)
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, dict) and not value:
+        return "{}"
+    if dataclasses.is_dataclass(value):
+        return "see below"
+    return repr(value)
+
+
+def keys() -> Dict[str, Keys]:
+    """Every schema field (``Class.field``) → where users set it, from the readers' tables.
+
+    Raises ValueError for a user setting that no reader maps (it would reach nobody) and for a
+    :data:`NOTES` entry that is not a user setting.
+    """
+    trainer = {path: f"trainer.{key}" for key, path in layouts.TRAINER_FIELDS.items() if path}
+    block = profiler_block.field_keys()
+    role = {name: f"<role>.{key}" for key, name in layouts.SEED_ROLE_FIELDS.items()}
+    out: Dict[str, Keys] = {}
+    for cls, path in _class_paths().items():
+        hints = typing.get_type_hints(cls)
+        for spec in dataclasses.fields(cls):
+            name = f"{cls.__name__}.{spec.name}"
+            if schema.set_by_loader(spec) or dataclasses.is_dataclass(hints[spec.name]):
+                out[name] = Keys("", internal=True)
+            elif cls is schema.ComponentConfig:
+                out[name] = Keys(role.get(spec.name, ""), NOTES.get(name, Notes()))
+            else:
+                full = f"{path}.{spec.name}" if path else spec.name
+                out[name] = Keys(trainer.get(full) or block.get(full, ""),
+                                 NOTES.get(name, Notes()))
+    unmapped = [name for name, k in out.items() if not k.internal and not k.seed]
+    if unmapped:
+        raise ValueError("schema fields that no layout reader maps: " + ", ".join(unmapped))
+    stale = [name for name in NOTES if name not in out or out[name].internal]
+    if stale:
+        raise ValueError("NOTES entries that are not user settings: " + ", ".join(stale))
+    return out
+
+
+def _class_paths() -> Dict[type, str]:
+    """Each schema dataclass → its path from ``ProfilingConfig`` (``nsys``; ``<role>`` for the
+    per-role block), found by walking the fields' types."""
+    paths: Dict[type, str] = {schema.ProfilingConfig: ""}
+    todo: List[type] = [schema.ProfilingConfig]
+    while todo:
+        cls = todo.pop(0)
+        for name, sub in typing.get_type_hints(cls).items():
+            if isinstance(sub, type) and dataclasses.is_dataclass(sub) and sub not in paths:
+                paths[sub] = "<role>" if cls is schema.ComponentsConfig else name
+                todo.append(sub)
+    return paths
 
 
 _TYPE_WORDS = {
@@ -249,6 +271,8 @@ def yaml_type(annotation: str) -> str:
 
 def _type_words(node: ast.expr) -> str:
     if isinstance(node, ast.Name):
+        if _is_text_choice(getattr(schema, node.id, None)):
+            return "string"  # a closed choice (Tool, OnRankFailure...): its values are listed
         return _TYPE_WORDS.get(node.id, node.id)
     if isinstance(node, ast.Constant) and node.value is None:
         return "null"
@@ -264,11 +288,14 @@ def _type_words(node: ast.expr) -> str:
     return ast.unparse(node)
 
 
-def _default_text(f: FieldDoc, keys: Keys, constants: Dict[str, Tuple[str, str]]) -> str:
-    if keys.default:
-        return keys.default
-    value = constants[f.default][0] if f.default in constants else f.default
-    return f"`{value}`"
+def _is_text_choice(value: Any) -> bool:
+    """True for a ``Literal`` of strings."""
+    return (typing.get_origin(value) is Literal
+            and all(isinstance(arg, str) for arg in typing.get_args(value)))
+
+
+def _default_text(f: FieldDoc, keys: Keys) -> str:
+    return keys.notes.default or f"`{f.default}`"
 
 
 def _md_doc(text: str) -> str:
@@ -279,11 +306,7 @@ def _md_doc(text: str) -> str:
 def render(path: str = SCHEMA_PATH) -> str:
     """The whole reference page as Markdown."""
     classes, constants = parse_schema(path)
-    missing = [f"{c}.{f.name}" for c, fields in classes.items() for f in fields
-               if f"{c}.{f.name}" not in KEYS]
-    if missing:
-        raise ValueError("schema fields without an entry in verlprof.config.reference.KEYS: "
-                         + ", ".join(missing))
+    where = keys()
     lines = [
         "# Configuration reference",
         "",
@@ -305,10 +328,8 @@ def render(path: str = SCHEMA_PATH) -> str:
         if intro:
             lines += [intro, ""]
         for f in classes[cls]:
-            keys = KEYS[f"{cls}.{f.name}"]
-            if keys.internal:
-                continue
-            lines += _render_field(f, keys, constants)
+            if not where[f"{cls}.{f.name}"].internal:
+                lines += _render_field(f, where[f"{cls}.{f.name}"])
     lines += ["## Values", ""]
     for name in CONSTANTS:
         if name in constants:
@@ -319,21 +340,22 @@ def render(path: str = SCHEMA_PATH) -> str:
               "user settings; listed so that every field of the schema appears here.", ""]
     for cls, fields in classes.items():
         for f in fields:
-            if KEYS[f"{cls}.{f.name}"].internal:
+            if where[f"{cls}.{f.name}"].internal:
                 lines += [f"- `{cls}.{f.name}`: {_md_doc(f.doc)}"]
     lines.append("")
     return "\n".join(lines)
 
 
-def _render_field(f: FieldDoc, keys: Keys, constants: Dict[str, Tuple[str, str]]) -> List[str]:
+def _render_field(f: FieldDoc, keys: Keys) -> List[str]:
+    notes = keys.notes
     out = [f"### `{keys.seed}`", ""]
-    out.append(f"- type: {yaml_type(f.annotation)}; default: {_default_text(f, keys, constants)}")
-    if keys.verl_profiler:
-        out.append(f"- verl 2025-06/07 layout: {keys.verl_profiler}")
-    if keys.global_profiler:
-        out.append(f"- verl 2025-08+ layout: {keys.global_profiler}")
-    if keys.nemo:
-        out.append(f"- NeMo RL: {keys.nemo}")
+    out.append(f"- type: {yaml_type(f.annotation)}; default: {_default_text(f, keys)}")
+    if notes.verl_profiler:
+        out.append(f"- verl 2025-06/07 layout: {notes.verl_profiler}")
+    if notes.global_profiler:
+        out.append(f"- verl 2025-08+ layout: {notes.global_profiler}")
+    if notes.nemo:
+        out.append(f"- NeMo RL: {notes.nemo}")
     out.append(f"- schema field: `{f.owner}.{f.name}`")
     out += ["", _md_doc(f.doc), ""]
     return out
@@ -342,7 +364,7 @@ def _render_field(f: FieldDoc, keys: Keys, constants: Dict[str, Tuple[str, str]]
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verlprof.config.reference",
-        description="Write docs/config_reference.md from the docstrings in "
+        description="Write docs/config_reference.md from the config schema, "
                     "verlprof/config/schema.py.")
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="PATH",
                         help="where to write ('-': stdout; default docs/config_reference.md)")

@@ -6,28 +6,32 @@ classes by :mod:`verlprof.config.layouts`; nothing downstream knows which layout
 Each setting is defined here once: its name, type, default and docstring. The layout readers
 only map their spellings onto these fields (``trainer.profiler`` takes its key lists from them),
 and the docstring under each field is the user-facing reference (``docs/config_reference.md`` is
-generated from it). Field order matters: a block's valid keys are listed in that order in
-error messages, and the reference lists the settings in it.
+generated from it). Closed choices are the ``Literal`` types of :mod:`verlprof.records`; their
+valid values are read from the type. Field order matters: a block's valid keys are listed in
+that order in error messages, and the reference lists the settings in it.
 """
 
 from __future__ import annotations
 
 from dataclasses import Field, dataclass, field
 from types import MappingProxyType
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
+
+from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
+from verlprof.records import OnRankFailure, Tool, Trigger
 
 OptionValue = Union[str, int, float, bool, None]
 
-TOOLS: Tuple[str, ...] = ("nsys", "torch", "rocprof_sys")
-"""Profiling backends verlprof can drive."""
+NsysTrigger = Literal["auto", Trigger]
+"""A trigger as configured: ``auto`` becomes ``cuda`` or ``nvtx`` once the devices are known."""
 
-ON_RANK_FAILURE: Tuple[str, ...] = ("continue", "raise")
-"""What the controller does when a rank dies or an RPC to it fails or times out."""
+TOOLS: Tuple[Tool, ...] = get_args(Tool)
+"""Profiling backends verlprof can drive."""
 
 ROLES: Tuple[str, ...] = ("actor", "rollout", "ref", "critic", "rm")
 """Components (roles) whose ranks can be profiled."""
 
-TRIGGERS: Tuple[str, ...] = ("auto", "cuda", "nvtx")
+TRIGGERS: Tuple[NsysTrigger, ...] = get_args(NsysTrigger)
 """How an nsys capture window is opened: ``cuda`` (cudaProfilerApi), ``nvtx`` (a named range)."""
 
 DEFAULT_FILENAME_TEMPLATE = "{component}_step{step}_rank{rank}_{host}_{pid}"
@@ -97,7 +101,7 @@ class ComponentsConfig:
 class NsysConfig:
     """Nsight Systems options for the controller and the workers."""
 
-    trigger: str = "auto"
+    trigger: NsysTrigger = "auto"
     """How windows open: ``cuda`` (torch.cuda.profiler start/stop, needs a GPU), ``nvtx`` (a
     named NVTX range, works on CPU), ``auto`` (``cuda`` when the workers have CUDA)."""
 
@@ -167,7 +171,7 @@ class ProfilingConfig:
     continuous_steps: bool = False
     """Consecutive listed steps share one capture window ([1,2,5] → [1-2], [5])."""
 
-    tool: str = "nsys"
+    tool: Tool = "nsys"
     """Backend: ``nsys``, ``torch`` or ``rocprof_sys``."""
 
     enabled: bool = True
@@ -202,7 +206,7 @@ class ProfilingConfig:
     finalize_timeout_s: float = 300.0
     """Seconds to wait for reports to be finalised at the end of a run."""
 
-    on_rank_failure: str = "continue"
+    on_rank_failure: OnRankFailure = "continue"
     """When a rank dies or an RPC to it fails or times out: ``continue`` names it, marks its
     reports missing with the reason and goes on training; ``raise`` stops every other window
     and raises ``ProfilingRuntimeError`` naming the rank at the step boundary."""
