@@ -8,11 +8,17 @@ STAMP := $(VENV)/.verlprof-installed
 
 .PHONY: install nsys test unit integration demo bench lint clean
 
-$(STAMP): setup.cfg pyproject.toml
+# verl for the bridge's tests: its own requirements pull GPU-side packages, so verl goes in
+# without them and tests/requirements/verl.txt adds what its CPU-side modules import.
+VERL_SPEC ?= verl==0.9.1
+
+$(STAMP): setup.cfg pyproject.toml tests/requirements/verl.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q '$(TORCH_SPEC)'
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps '$(VERL_SPEC)'
+	$(BIN)/pip install -q -r tests/requirements/verl.txt
 	touch $@
 
 install: $(STAMP)

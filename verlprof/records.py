@@ -61,8 +61,8 @@ class ReportIdentity:
     phase: Optional[str] = None
     """Phase (annotated method) that opened the window (discrete only)."""
     roles: Tuple[str, ...] = ()
-    """Roles whose phases the report holds (every selected role colocated in the process for a
-    whole-step report; the one role for a discrete report)."""
+    """Roles whose phases the report holds: every role colocated in the process for a
+    whole-step report (the window is the process's), the one role for a discrete report."""
 
 
 @dataclass(frozen=True)

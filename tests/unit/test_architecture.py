@@ -55,6 +55,7 @@ LAZY_ALLOWED = {
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
+    "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
 }
 """Modules allowed an import of verlprof inside a function; each is an entry point or a lazy
 loader for import cost, never a way around a cycle (the stage rule above still holds)."""

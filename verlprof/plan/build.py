@@ -120,7 +120,7 @@ def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
         path = paths.report_relpath(config.filename_template, steps, component, rank, config.tool)
         return Report(steps=steps, group=group.name, rank=rank, component=component,
                       backend=config.tool, path=path, role=role, phase=phase,
-                      roles=(role,) if role else roles)
+                      roles=(role,) if role else group.roles)
 
     if mode == "whole":
         return tuple(Window(steps=w, report=report(w, group.name)) for w in step_windows)

@@ -1,0 +1,107 @@
+"""The bridge in the process that runs verl's trainer: plan, controller, and verl's hooks.
+
+::
+
+    bridge = attach(config)          # a verl config (resolved); plans and starts the controller
+    trainer.init_workers()           # verl wraps only the planned ranks, registers them
+    trainer.fit()                    # _start/_stop_profiling drive controller.step(n)
+                                     # fit's end: bridge.finish() -> reports + manifest.json
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractContextManager
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from verlprof.bridges.verl.driver_side import (
+    GroupMap,
+    VerlActor,
+    active_bridge,
+    patch_worker_groups,
+    set_active_bridge,
+)
+from verlprof.bridges.verl.trainer import patch_trainers
+from verlprof.bridges.verl.worker_side import patch_dist_profiler
+from verlprof.config import config_from_dict
+from verlprof.config.topology import Topology
+from verlprof.manifest import Manifest
+from verlprof.plan import ProfilePlan, build_plan
+from verlprof.runtime.controller import ProfileController
+
+logger = logging.getLogger("verlprof")
+
+
+def install() -> List[str]:
+    """Patch verl's seams in this process (idempotent): worker groups, ``DistProfiler``, the
+    trainers' profiling hooks. Each patch defers to verl's own code until a bridge is attached
+    (driver side) or this process's rank is configured (worker side). Returns what was
+    patched."""
+    done = []
+    if patch_worker_groups():
+        done.append("RayWorkerGroup")
+    if patch_dist_profiler():
+        done.append("DistProfiler")
+    done += patch_trainers()
+    return done
+
+
+class Bridge:
+    """verlprof's controller behind verl's trainer hooks, for one run."""
+
+    def __init__(self, plan: ProfilePlan, controller: Optional[ProfileController] = None,
+                 **controller_options: Any):
+        self.plan = plan
+        self.controller = controller or ProfileController(plan, **controller_options)
+        self.groups = GroupMap(plan)
+        self.manifest: Optional[Manifest] = None
+        self._open: Optional[Tuple[int, AbstractContextManager]] = None
+
+    def register(self, group: str, handles: Sequence[Any]) -> None:
+        """verl's workers of plan group ``group`` (rank order) are up: configure the planned."""
+        self.controller.register_group(group, [VerlActor(h) for h in handles])
+
+    def begin_step(self, step: int) -> None:
+        """verl's ``_start_profiling``: enter ``controller.step(step)``."""
+        self.end_step(None)  # a step whose end verl never reported (it raised) ends here
+        step_context = self.controller.step(step)
+        step_context.__enter__()
+        self._open = (step, step_context)
+
+    def end_step(self, step: Optional[int]) -> None:
+        """verl's ``_stop_profiling``: leave the step (closes the windows that end here)."""
+        if self._open is None or (step is not None and self._open[0] != step):
+            return
+        _, step_context = self._open
+        self._open = None
+        step_context.__exit__(None, None, None)
+
+    def finish(self) -> Manifest:
+        """Stop every window, gather every report into output_dir, write manifest.json
+        (idempotent)."""
+        if self.manifest is None:
+            self.end_step(None)
+            self.manifest = self.controller.finalize()
+            if active_bridge() is self:
+                set_active_bridge(None)
+        return self.manifest
+
+
+def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[ProfilePlan] = None,
+           **controller_options: Any) -> Bridge:
+    """Plan ``config`` (a verl trainer config: DictConfig or dict, any verl layout) and attach
+    a :class:`Bridge` to this process. ``topology`` defaults to verl's resource pools read from
+    the config; ``plan`` skips planning (the launcher plans once, before verl starts)."""
+    install()
+    if plan is None:
+        loaded = config_from_dict(config)
+        plan = build_plan(loaded.profiling, topology or loaded.topology)
+    bridge = Bridge(plan, **controller_options)
+    set_active_bridge(bridge)
+    return bridge
+
+
+def plan_of(config: Mapping[str, Any], topology: Optional[Topology] = None) -> ProfilePlan:
+    """The plan a bridge would follow for ``config`` (no Ray, no verl needed)."""
+    loaded = config_from_dict(config)
+    return build_plan(loaded.profiling, topology or loaded.topology)

@@ -1,0 +1,158 @@
+"""In the process that builds verl's worker groups (verl's TaskRunner, or a user's driver).
+
+Two verl seams, patched once per process and idle until a :class:`Bridge` is attached:
+
+* ``RayWorkerGroup._create_worker``: verl asks there for each rank's runtime_env, and puts
+  ``nsight`` on every rank when it profiles. The bridge drops verl's ``nsight`` and wraps exactly
+  the ranks its plan selects (their ``py_executable`` runs ``nsys profile ...``). Every rank gets
+  the environment that loads the bridge when the worker imports verl.
+* ``RayWorkerGroup._init_with_resource_pool``: once a pool's workers exist, they are registered
+  with the bridge's controller, which configures the planned ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from verlprof.bridges.verl.env import ENABLE_ENV, EXTERNAL_MODULES_ENV, PLUGIN_MODULE
+from verlprof.bridges.verl.roles import fused_keys, roles_of_keys
+from verlprof.bridges.verl.worker_side import remote_call
+from verlprof.runtime.launch import worker_runtime_env
+
+logger = logging.getLogger("verlprof")
+
+
+
+class VerlActor:
+    """A fused verl actor as the controller sees a rank: ``actor.verlprof_start.remote()`` runs
+    the RPC through Ray's ``__ray_call__``, since a fused actor has only verl's registered
+    methods."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+    def __getattr__(self, method: str) -> Any:
+        if not method.startswith("verlprof_"):
+            raise AttributeError(method)
+        handle = self.handle
+
+        class _Method:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                return handle.__ray_call__.remote(remote_call, method, *args)
+
+        return _Method
+
+
+def bridge_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Environment variables that make a process load the bridge when it imports verl."""
+    env = dict(base or {})
+    modules = [m for m in (env.get(EXTERNAL_MODULES_ENV) or os.environ.get(EXTERNAL_MODULES_ENV)
+                           or "").split(",") if m.strip()]
+    if PLUGIN_MODULE not in modules:
+        modules.append(PLUGIN_MODULE)
+    env[EXTERNAL_MODULES_ENV] = ",".join(modules)
+    env[ENABLE_ENV] = "1"
+    return env
+
+
+class GroupMap:
+    """Which plan group each of verl's worker groups is: found from the fused class's roles."""
+
+    def __init__(self, plan: Any):
+        self.plan = plan
+        self.by_prefix: Dict[str, str] = {}
+        self.taken: List[str] = []
+
+    def group_of(self, prefix: str, attribute_names: Sequence[str]) -> Optional[str]:
+        if prefix in self.by_prefix:
+            return self.by_prefix[prefix]
+        roles = set(roles_of_keys(fused_keys(attribute_names)))
+        candidates = [g.name for g in self.plan.groups if roles and roles <= set(g.roles)]
+        free = [name for name in candidates if name not in self.taken] or candidates
+        if not free:
+            logger.warning("verlprof: a verl worker group with roles %s matches no group of the "
+                           "plan (%s); it is not profiled", sorted(roles) or "?",
+                           ", ".join(f"{g.name}: {'/'.join(g.roles)}" for g in self.plan.groups))
+            return None
+        self.by_prefix[prefix] = free[0]
+        self.taken.append(free[0])
+        return free[0]
+
+
+_ACTIVE: List[Any] = []
+"""The attached :class:`~verlprof.bridges.verl.Bridge` of this process (at most one)."""
+
+
+def active_bridge() -> Optional[Any]:
+    return _ACTIVE[0] if _ACTIVE else None
+
+
+def set_active_bridge(bridge: Optional[Any]) -> None:
+    _ACTIVE.clear()
+    if bridge is not None:
+        _ACTIVE.append(bridge)
+
+
+def _class_attributes(ray_cls_with_init: Any) -> List[str]:
+    cls = getattr(ray_cls_with_init.cls, "__ray_actor_class__", ray_cls_with_init.cls)
+    return dir(cls)
+
+
+def patch_worker_groups() -> bool:
+    """Patch verl's ``RayWorkerGroup`` (idempotent); False when verl is not importable."""
+    try:
+        from verl.single_controller.ray import base as ray_base
+    except ImportError:
+        return False
+    group_cls = ray_base.RayWorkerGroup
+    create = group_cls._create_worker
+    if getattr(create, "__verlprof_bridge__", False):
+        return True
+
+    @functools.wraps(create)
+    def _create_worker(self: Any, rank: int, *args: Any, **kwargs: Any) -> Any:
+        bridge = active_bridge()
+        if bridge is None:
+            return create(self, rank, *args, **kwargs)
+        ray_cls_with_init = next((a for a in args if hasattr(a, "update_options")),
+                                 kwargs.get("ray_cls_with_init"))
+        group = bridge.groups.group_of(self.name_prefix, _class_attributes(ray_cls_with_init))
+        update = ray_cls_with_init.update_options
+
+        def update_options(options: Dict[str, Any]) -> Any:
+            runtime_env = dict(options.get("runtime_env") or {})
+            runtime_env.pop("nsight", None)  # verl wraps every rank; the plan says which
+            env_vars = bridge_env(runtime_env.get("env_vars"))
+            if group is not None:
+                runtime_env = worker_runtime_env(bridge.plan, group, rank, runtime_env)
+                env_vars.update(runtime_env.get("env_vars") or {})
+            runtime_env["env_vars"] = env_vars
+            return update({**options, "runtime_env": runtime_env})
+
+        ray_cls_with_init.update_options = update_options  # this call only
+        try:
+            return create(self, rank, *args, **kwargs)
+        finally:
+            del ray_cls_with_init.update_options
+
+    init_pool = group_cls._init_with_resource_pool
+
+    @functools.wraps(init_pool)
+    def _init_with_resource_pool(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = init_pool(self, *args, **kwargs)
+        bridge = active_bridge()
+        if bridge is not None:
+            group = bridge.groups.by_prefix.get(self.name_prefix)
+            if group is not None:
+                bridge.register(group, list(self.workers))
+        return result
+
+    for func in (_create_worker, _init_with_resource_pool):
+        func.__verlprof_bridge__ = True  # type: ignore[attr-defined]
+    group_cls._create_worker = _create_worker
+    group_cls._init_with_resource_pool = _init_with_resource_pool
+    return True

@@ -1,0 +1,125 @@
+"""``python -m verlprof.bridges.verl <overrides>``: verl's ``main_ppo``, profiled by verlprof.
+
+The launcher runs verl's own entry point (its Hydra config, checks and ``run_ppo``) with one
+seam changed: ``run_ppo(config, task_runner_class)``. Before verl starts anything:
+
+1. the plan is made from the user's config (verl's keys: ``global_profiler``, role blocks);
+2. verl's own step list is cleared, so verl itself wraps no process and starts no capture
+   (it would put every rank of every pool under nsys, and start ranks it does not select);
+3. the TaskRunner (verl's controller process) is launched as the plan says: under nsys with its
+   capture bounded to the profiled steps when controller options are set, with the environment
+   that loads the bridge in every process, and with the bridge attached before verl's ``run``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verlprof.bridges.verl.bridge import attach, plan_of
+from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
+from verlprof.plan import ProfilePlan
+from verlprof.runtime.launch import controller_options
+
+STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
+"""Where verl reads its profiled steps (0.6+, then the older layouts)."""
+
+
+def prepare(config: DictConfig) -> ProfilePlan:
+    """Plan ``config`` and clear verl's step list in it, in place. The config is resolved as
+    verl's TaskRunner resolves it, so that the role blocks' interpolations are read."""
+    resolved = OmegaConf.to_container(config, resolve=True)
+    plan = plan_of(resolved)
+    with open_dict(config):
+        for key in STEP_KEYS:
+            if OmegaConf.select(config, key) is not None:
+                OmegaConf.update(config, key, None, merge=False)
+    return plan
+
+
+def _runner_class(base: Any, plan: ProfilePlan) -> type:
+    """A subclass of verl's TaskRunner whose ``run`` attaches the bridge first (the plan travels
+    with the class: Ray ships a class defined here by value)."""
+
+    class VerlprofTaskRunner(base):  # type: ignore[valid-type, misc]
+        def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+            bridge = attach(config, plan=plan)
+            try:
+                return super().run(config, *args, **kwargs)
+            finally:
+                if active_bridge() is bridge:  # fit() ended it already unless it never ran
+                    bridge.finish()
+
+    VerlprofTaskRunner.__qualname__ = VerlprofTaskRunner.__name__ = f"Verlprof{base.__name__}"
+    return VerlprofTaskRunner
+
+
+class TaskRunnerLauncher:
+    """What ``run_ppo`` expects of ``task_runner_class`` (``.remote()`` and
+    ``.options(...).remote()``), launching verl's TaskRunner as the plan says."""
+
+    def __init__(self, task_runner_class: Any, plan: ProfilePlan):
+        import ray
+
+        base = getattr(task_runner_class, "__ray_actor_class__", task_runner_class)
+        defaults = dict(getattr(task_runner_class, "_default_options", {}) or {})
+        self.plan = plan
+        self.actor_class = ray.remote(**defaults)(_runner_class(base, plan)) if defaults \
+            else ray.remote(_runner_class(base, plan))
+
+    def options(self, **options: Any) -> _Bound:
+        return _Bound(self, options)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return _Bound(self, {}).remote(*args, **kwargs)
+
+    def launch_options(self, options: Dict[str, Any]) -> Dict[str, Any]:
+        """verl's options without its ``nsight``, plus the plan's controller launch and the
+        bridge's environment."""
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env.pop("nsight", None)
+        runtime_env = controller_options(self.plan, runtime_env)["runtime_env"]
+        runtime_env["env_vars"] = bridge_env(runtime_env.get("env_vars"))
+        return {**options, "runtime_env": runtime_env}
+
+
+class _Bound:
+    def __init__(self, launcher: TaskRunnerLauncher, options: Dict[str, Any]):
+        self.launcher, self.options = launcher, options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        options = self.launcher.launch_options(self.options)
+        return self.launcher.actor_class.options(**options).remote(*args, **kwargs)
+
+
+def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's ``run_ppo(config, task_runner_class)``, profiled by verlprof."""
+
+    def run_ppo_profiled(config: DictConfig, task_runner_class: Any = None,
+                         *args: Any, **kwargs: Any) -> Any:
+        plan = prepare(config)
+        return run_ppo(config, TaskRunnerLauncher(task_runner_class, plan), *args, **kwargs)
+
+    run_ppo_profiled.__wrapped__ = run_ppo  # type: ignore[attr-defined]
+    return run_ppo_profiled
+
+
+def install_launcher() -> Tuple[Any, Optional[Any]]:
+    """Route verl's ``main_ppo.run_ppo`` through :func:`wrap_run_ppo`; this process and the
+    local Ray cluster it starts load the bridge. Returns (main_ppo module, previous run_ppo)."""
+    os.environ.update(bridge_env())
+    from verl.trainer import main_ppo
+
+    previous = main_ppo.run_ppo
+    if not hasattr(previous, "__wrapped__"):
+        main_ppo.run_ppo = wrap_run_ppo(previous)
+    return main_ppo, previous
+
+
+def main() -> None:
+    """``python -m verlprof.bridges.verl`` with the arguments of ``python -m
+    verl.trainer.main_ppo``."""
+    main_ppo, _ = install_launcher()
+    main_ppo.main()

@@ -1,0 +1,164 @@
+"""Inside every verl worker process: verl's own ``DistProfiler`` drives verlprof's session.
+
+verl fuses every role of a resource pool into one process (``create_colocated_worker_cls``), so
+the process, not a role object, owns verlprof's session: one :class:`ProcessHost` per process.
+Each ``DistProfiler`` that verl's workers build gets :class:`VerlprofImpl` as its ``_impl``.
+verl's ``DistProfiler.annotate`` looks up ``self.profiler._impl`` on every call, so the phases
+verl already decorated run through the session: an NVTX range (nsys) or ``record_function``
+(torch) in an open window, and in discrete mode their own window.
+
+verl's wrapper only reaches the impl while its profiler is enabled, selected and in a profiled
+step. verl's trainer never starts it here: the bridge's controller does, through the session.
+So those three flags are raised while a window of this process is armed or open, and restored
+after. On a process that is not profiled they are never touched. An annotated call then costs
+what it costs in verl without profiling.
+
+The controller reaches the session through Ray's ``__ray_call__``. A fused verl actor exposes
+only its registered methods, so :func:`remote_call` runs on the actor and forwards to the
+``verlprof_*`` RPCs of the :class:`ProcessHost`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from verlprof.bridges.verl.roles import phase_of
+from verlprof.worker import ProfilingWorkerMixin
+
+_FLAGS = ("_enable", "_this_rank", "_this_step")
+"""verl's ``DistProfiler`` gates: enabled, this rank selected, inside a profiled step."""
+
+
+class ProcessHost(ProfilingWorkerMixin):
+    """This process's verlprof worker: the controller's RPCs land here, whatever verl role
+    objects the process holds."""
+
+    def __init__(self) -> None:
+        self._profilers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._saved: Dict[int, Tuple[Any, ...]] = {}
+        self._active = False
+        self._lock = threading.Lock()
+
+    @property  # type: ignore[override]
+    def _verlprof_active(self) -> bool:
+        return self._active
+
+    @_verlprof_active.setter
+    def _verlprof_active(self, active: bool) -> None:
+        """Set by the session when this process's first window is armed and its last closes:
+        open verl's gates so its annotate wrappers call :class:`VerlprofImpl`, or restore them."""
+        with self._lock:
+            self._active = active
+            for profiler in list(self._profilers):
+                self._gate(profiler, active)
+
+    def _gate(self, profiler: Any, active: bool) -> None:
+        if active and id(profiler) not in self._saved:
+            self._saved[id(profiler)] = tuple(getattr(profiler, f, None) for f in _FLAGS)
+            for flag in _FLAGS:
+                setattr(profiler, flag, True)
+        elif not active and id(profiler) in self._saved:
+            for flag, value in zip(_FLAGS, self._saved.pop(id(profiler))):
+                setattr(profiler, flag, value)
+
+    def adopt(self, profiler: Any, worker_key: Optional[str]) -> None:
+        """Route ``profiler`` (a verl ``DistProfiler``) through this process's session."""
+        profiler._impl = VerlprofImpl(self, worker_key)
+        with self._lock:
+            self._profilers.add(profiler)
+            if self._active:
+                self._gate(profiler, True)
+
+    @property
+    def profilers(self) -> List[Any]:
+        return list(self._profilers)
+
+
+class VerlprofImpl:
+    """What verl's ``DistProfiler`` delegates to (the shape of verl's own implementations:
+    ``start``, ``stop``, ``step``, ``annotate``). Windows are the controller's business, so
+    verl's start/stop do nothing here; phases run through the session."""
+
+    def __init__(self, host: ProcessHost, worker_key: Optional[str]):
+        self.host = host
+        self.worker_key = worker_key
+
+    def start(self, **kwargs: Any) -> None:
+        """verl's ``start_profile``: the bridge's controller opens windows, not verl."""
+
+    def stop(self, *args: Any, **kwargs: Any) -> None:
+        """verl's ``stop_profile``: nothing to do (see :meth:`start`)."""
+
+    def step(self) -> None:
+        """verl's ``step_profile`` (a torch schedule tick): windows follow verlprof's plan."""
+
+    def annotate(self, message: Optional[str] = None, color: Optional[str] = None,
+                 domain: Optional[str] = None, category: Optional[str] = None,
+                 **kwargs: Any) -> Callable[[Callable], Callable]:
+        """A decorator running the method as phase ``<role>/<method>`` of the session. The
+        colour is verl's business: verlprof names ranges, and never fails a phase for a colour
+        the ``nvtx`` package does not know."""
+        label = kwargs.get("role") or message
+        host, worker_key = self.host, self.worker_key
+
+        def decorate(fn: Callable) -> Callable:
+            role, phase = phase_of(label, fn.__name__, worker_key)
+
+            @functools.wraps(fn)
+            def run(owner: Any, *args: Any, **kw: Any) -> Any:
+                session = host._verlprof_session
+                if session is None:
+                    return fn(owner, *args, **kw)
+                return session.run_phase(role, phase, fn, owner, args, kw)
+
+            return run
+
+        return decorate
+
+
+_HOST: Optional[ProcessHost] = None
+_HOST_LOCK = threading.Lock()
+
+
+def host() -> ProcessHost:
+    """This process's :class:`ProcessHost`, made on first use."""
+    global _HOST
+    if _HOST is None:
+        with _HOST_LOCK:
+            if _HOST is None:
+                _HOST = ProcessHost()
+    return _HOST
+
+
+def remote_call(actor: Any, method: str, *args: Any) -> Any:
+    """Runs on a verl actor through ``__ray_call__``: the ``verlprof_*`` RPC ``method``."""
+    if not method.startswith("verlprof_"):
+        raise PermissionError(f"{method} is not a verlprof RPC")
+    return getattr(host(), method)(*args)
+
+
+def patch_dist_profiler() -> bool:
+    """Make every ``DistProfiler`` verl builds from now on delegate to verlprof. Idempotent;
+    False when verl's profiler module is not importable."""
+    try:
+        from verl.utils.profiler import profile as verl_profile
+    except ImportError:
+        return False
+    cls = verl_profile.DistProfiler
+    original = cls.__init__
+    if getattr(original, "__verlprof_bridge__", False):
+        return True
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        # DistProfiler(rank, config, tool_config, save_file_prefix): the role key of its worker
+        key = kwargs.get("save_file_prefix", args[3] if len(args) > 3 else None)
+        host().adopt(self, key if isinstance(key, str) else None)
+
+    __init__.__verlprof_bridge__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    return True
