@@ -43,6 +43,11 @@ NOT_RUN: Dict[str, str] = {
                       "against the real nsys here.",
     "pytest": "the test suite itself (running it from a test would recurse); checked: the "
               "test paths it names exist.",
+    "pip": "installs from PyPI into the test's environment; checked: the extra it names is "
+           "declared in setup.cfg.",
+    "python -m verlprof.bridges.verl": "starts verl's trainer (models, datasets, GPUs); checked: "
+                                       "the same overrides run with --plan, which composes "
+                                       "verl's config and plans it.",
     "python -m <not verlprof>": "only verlprof's own modules run here; others (the benchmarks) "
                                 "take minutes; checked: the module exists.",
 }
@@ -147,6 +152,12 @@ def _run_command(command: Command, ws: str, block: Block) -> None:
         _check_docker(argv[1:], command, ws, block, where)
     elif program == "verlprof-smoke":
         assert os.path.isfile(os.path.join(ROOT, "docker", "smoke.sh")), where
+    elif program == "pip":
+        _check_pip(argv[1:], where)
+    elif program in ("python", "python3") and argv[1:3] == ["-m", "verlprof.bridges.verl"] \
+            and "--plan" not in argv:
+        _run_program(Command(command.env, [*argv[:3], "--plan", *argv[3:]], command.expect_rc,
+                             command.text), ws, where)
     elif program == "pytest":
         paths = [a.split("::")[0] for a in argv[1:] if not a.startswith("-")]
         for path in paths:
@@ -188,6 +199,17 @@ def _check_make(targets: List[str], where: str) -> None:
         defined = set(re.findall(r"^([A-Za-z0-9_.-]+):", handle.read(), re.M))
     missing = [t for t in targets if t not in defined]
     assert not missing, f"{where}: ({NOT_RUN['make']}) no Makefile target {missing}"
+
+
+def _check_pip(args: List[str], where: str) -> None:
+    assert args[:1] == ["install"], f"{where}: only `pip install` is documented"
+    with open(os.path.join(ROOT, "setup.cfg"), encoding="utf-8") as handle:
+        setup = handle.read()
+    for spec in args[1:]:
+        extra = re.fullmatch(r"verlprof\[(\w+)\]", spec)
+        assert extra, f"{where}: {spec} is not verlprof or one of its extras"
+        assert re.search(rf"^{extra.group(1)} =", setup, re.M), \
+            f"{where}: setup.cfg declares no extra {extra.group(1)!r}"
 
 
 def _check_files(args: List[str], ws: str, where: str) -> None:

@@ -23,15 +23,11 @@ STEPS = 3
 def compose_verl_config(overrides: Sequence[str]) -> Any:
     """verl's ``ppo_trainer`` from the installed verl, composed as verl composes it, resolved
     in place as verl's TaskRunner does."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=list(overrides))
+    from verlprof.bridges.verl.launch import compose_verl_config as compose
+
+    config = compose(overrides)
     OmegaConf.resolve(config)
     return config
 

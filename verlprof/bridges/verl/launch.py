@@ -14,7 +14,8 @@ seam changed: ``run_ppo(config, task_runner_class)``. Before verl starts anythin
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -118,8 +119,32 @@ def install_launcher() -> Tuple[Any, Optional[Any]]:
     return main_ppo, previous
 
 
-def main() -> None:
+def compose_verl_config(overrides: Sequence[str], config_name: str = "ppo_trainer") -> DictConfig:
+    """verl's trainer config from the installed verl, composed as ``main_ppo`` composes it."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m verlprof.bridges.verl`` with the arguments of ``python -m
-    verl.trainer.main_ppo``."""
+    verl.trainer.main_ppo``; ``--plan`` first prints what would be profiled and runs nothing."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--plan"]:
+        from verlprof.errors import ConfigError
+        from verlprof.plan.render import render_plan
+
+        try:
+            render_plan(prepare(compose_verl_config(args[1:])))
+        except ConfigError as err:
+            print(f"verlprof: {err}", file=sys.stderr)
+            return 2
+        return 0
     main_ppo, _ = install_launcher()
     main_ppo.main()
+    return 0
