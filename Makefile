@@ -28,6 +28,7 @@ nsys:
 
 lint: install
 	$(BIN)/ruff check verlprof tests benchmarks
+	$(BIN)/mypy
 
 unit: install
 	$(BIN)/pytest -q tests/unit

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from verlprof.report import summarize
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.launch import controller_options, worker_options
-    from verlprof.worker import ProfilingWorkerMixin, annotate
+    from verlprof.worker.annotate import annotate
+    from verlprof.worker.mixin import ProfilingWorkerMixin
 
 
 def __getattr__(name: str) -> Any:

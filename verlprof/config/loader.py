@@ -49,7 +49,7 @@ def _read_yaml(path: Any) -> DictConfig:
     if not os.path.isfile(path):
         raise ConfigError("config", f"no such file: {path}")
     try:
-        cfg = OmegaConf.load(path)
+        cfg = OmegaConf.load(os.fspath(path))
     except Exception as err:  # yaml, OS, decoding and OmegaConf errors all mean "cannot read"
         raise ConfigError("config", f"cannot read {path}: {_first_line(err)}") from None
     if not isinstance(cfg, DictConfig):

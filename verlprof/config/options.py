@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verlprof.errors import ConfigError
 
@@ -54,7 +54,7 @@ def validate_options(options: Optional[Mapping[str, Any]], flags: Optional[Seque
         options = {}
     if not isinstance(options, Mapping):
         raise ConfigError(key, f"must be a mapping of option: value, got {type(options).__name__}")
-    seen = {}
+    seen: Dict[str, str] = {}
     for name, value in options.items():
         full = f"{key}.{name}"
         if not isinstance(name, str) or not _KEY_RE.fullmatch(name):

@@ -44,6 +44,24 @@ class GroupTopology:
 
 
 @dataclass(frozen=True)
+class UnprofiledGroup:
+    """Processes of the run that verlprof knows of but cannot profile (verl's distillation
+    teacher, a served reward model): listed by ``verlprof plan``, never an error."""
+
+    name: str
+    """Its name (``teacher_pool``)."""
+
+    description: str
+    """What runs there (``distillation teacher``)."""
+
+    world_size: int
+    """Number of ranks (GPUs) it takes."""
+
+    reason: str
+    """Why it is not profiled."""
+
+
+@dataclass(frozen=True)
 class Topology:
     """All worker groups of a run, and whether their processes have CUDA."""
 
@@ -52,6 +70,9 @@ class Topology:
 
     cuda: bool = True
     """Workers run on CUDA devices (decides the nsys trigger and trace defaults)."""
+
+    unprofiled: Tuple[UnprofiledGroup, ...] = ()
+    """Processes of the run that no plan can select, with the reason."""
 
     def group(self, name: str) -> Optional[GroupTopology]:
         """The group called ``name``, or None."""
@@ -89,9 +110,7 @@ class Topology:
         if not isinstance(hybrid, bool):
             raise ConfigError("actor_rollout_ref.hybrid_engine",
                               f"must be true or false, got {hybrid!r}")
-        device = trainer.get("device", "cuda")
-        if device not in ("cuda", "cpu", "npu"):
-            raise ConfigError("trainer.device", f"must be cuda, cpu or npu, got {device!r}")
+        cuda = device_is_cuda(trainer)
         sizes: Dict[str, int] = {}
         arr_size = _size(_section(cfg, "actor_rollout_ref"), "actor_rollout_ref", default_size)
         for name in ((HYBRID_GROUP,) if hybrid else HYBRID_ROLES):
@@ -101,11 +120,20 @@ class Topology:
             if block.get("enable", True) is False:
                 continue
             sizes[name] = _size(block, section, default_size)
-        return cls.of(sizes, cuda=device == "cuda", hybrid_engine=hybrid)
+        return cls.of(sizes, cuda=cuda, hybrid_engine=hybrid)
+
+
+def device_is_cuda(trainer: Mapping[str, Any]) -> bool:
+    """``trainer.device`` (default ``cuda``) is ``cuda``; it must be cuda, cpu or npu."""
+    device = trainer.get("device", "cuda")
+    if not isinstance(device, str) or device not in ("cuda", "cpu", "npu"):
+        raise ConfigError("trainer.device", f"must be cuda, cpu or npu, got {device!r}")
+    return device == "cuda"
 
 
 def _group_roles(hybrid_engine: bool) -> Dict[str, Tuple[str, ...]]:
-    roles = {HYBRID_GROUP: HYBRID_ROLES} if hybrid_engine else {r: (r,) for r in HYBRID_ROLES}
+    roles: Dict[str, Tuple[str, ...]] = (
+        {HYBRID_GROUP: HYBRID_ROLES} if hybrid_engine else {r: (r,) for r in HYBRID_ROLES})
     roles.update({name: r for name, (r, _) in _STANDALONE.items()})
     return roles
 

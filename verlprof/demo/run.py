@@ -65,7 +65,8 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
         demo = loaded.raw.get("demo") or {}
         placement = ({"resources": dict(demo["controller_resources"])}
                      if demo.get("controller_resources") else {})
-        runner = (runner_class or TaskRunner).options(**controller_options(plan),
+        runner_cls: Any = runner_class or TaskRunner
+        runner = runner_cls.options(**controller_options(plan),
                                                      **placement).remote()
         who: Optional[ProcessIdentity] = None
         try:

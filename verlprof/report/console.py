@@ -55,8 +55,8 @@ def print_summary(summary: Summary, console: Console) -> None:
         console.print(f"note: {note}", highlight=False, markup=False)
     for name, path in s.paths.items():
         console.print(f"{name}: {path}", highlight=False, markup=False)
-    for line in next_steps(s):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for hint in next_steps(s):
+        console.print(hint, highlight=False, markup=False, soft_wrap=True)
 
 
 def _widths(st: StepTable) -> List[int]:

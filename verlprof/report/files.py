@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, step_tables
@@ -64,7 +64,7 @@ def _md_step(table: StepTable) -> List[str]:
 
 def render_md(summary: Summary) -> str:
     s = summary
-    counts = {}
+    counts: Dict[str, int] = {}
     for entry in s.manifest.reports:
         counts[entry.status] = counts.get(entry.status, 0) + 1
     lines = ["# verlprof summary", "",

@@ -72,10 +72,11 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
             line = [Cell(group if group != previous else ""), Cell(label)]
             previous = group
             for rank in rank_cols:
-                row = members.get(rank)
-                if row is None:
+                member = members.get(rank)
+                if member is None:
                     line.append(Cell(""))
                     continue
+                row = member
                 mark = "!" if (step, group, role, phase, rank) in flagged else ""
                 calls = f" ×{row.calls}" if row.calls > 1 else ""
                 line.append(Cell(ms(row.duration_ns) + calls + mark, bool(mark)))

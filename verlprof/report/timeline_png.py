@@ -78,8 +78,8 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
             draw.text((round(x_of(start)) + shift, y0 - 4), f"step {step}", fill=INK,
                       font=fonts["label"], anchor="ld")
     draw.rectangle((x0, y0, x1, y1), outline=INK)
-    for i, lane in enumerate(data.lanes):
-        draw.text((x0 - 8, y0 + LANE_PX * (i + 0.5)), lane, fill=INK, font=fonts["label"],
+    for i, lane_name in enumerate(data.lanes):
+        draw.text((x0 - 8, y0 + LANE_PX * (i + 0.5)), lane_name, fill=INK, font=fonts["label"],
                   anchor="rm")
     for tick in ticks:
         x = round(x_of(tick))

@@ -37,17 +37,15 @@ class RankRPC(Protocol):
 
 def describe_error(err: BaseException) -> str:
     """One short line for an RPC failure (Ray's messages run over many lines)."""
-    try:
-        from ray.exceptions import RayActorError, RayTaskError
-    except ImportError:  # pragma: no cover - Ray is a dependency
-        RayActorError = RayTaskError = ()  # type: ignore[assignment]
+    from ray.exceptions import RayActorError, RayTaskError
+
     text = " ".join(str(err).split())
-    if RayActorError and isinstance(err, RayActorError):
+    if isinstance(err, RayActorError):
         kind = re.search(r"Worker exit type: (\w+)", text)
         detail = re.search(r"Worker exit detail: (.*?\.)(?:\s|$)", text)
         extra = ", ".join(x for x in (kind and kind.group(1), detail and detail.group(1)) if x)
         return _clip(f"worker process died ({type(err).__name__}{': ' + extra if extra else ''})")
-    if RayTaskError and isinstance(err, RayTaskError) and getattr(err, "cause", None) is not None:
+    if isinstance(err, RayTaskError) and getattr(err, "cause", None) is not None:
         err = err.cause
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
     last = lines[-1] if lines else ""
@@ -123,8 +121,8 @@ class RankCalls:
                 errors.append((target, f"{method} failed: {why}"))
         for ref in late:
             target = refs[ref]
-            since = self.busy.get(target, (method, None, now))
-            self.busy[target] = (since[0], ref, since[2])
+            first, _, since = self.busy.get(target, (method, None, now))
+            self.busy[target] = (first, ref, since)
             errors.append((target, f"{method} did not answer within {timeout:g}s "
                                    "(busy in a long call, or hung)"))
         return results, errors

@@ -45,7 +45,7 @@ def set_active(owner: Any, active: bool) -> None:
             adopted = []
         live = bool(_ACTIVE_OWNERS)
         for wrapper in list(_WRAPPERS) if live != was_live else adopted:
-            wrapper.__code__ = wrapper.__verlprof_codes__[live]
+            wrapper.__code__ = wrapper.__verlprof_codes__[live]  # type: ignore[union-attr]
 
 
 def _adopt(cls: type) -> list:
@@ -72,7 +72,7 @@ def _adopt(cls: type) -> list:
     return found
 
 
-def _register(checking: Callable, passthrough: Callable) -> Callable:
+def _register(checking: Callable, passthrough: Any) -> Callable:
     """``passthrough`` (the function object Ray will hold) with both codes, current one set."""
     passthrough.__verlprof_codes__ = (passthrough.__code__, checking.__code__)
     with _LIVE_LOCK:
@@ -100,7 +100,7 @@ def annotate(role: str, phase: Optional[str] = None) -> Callable[[F], F]:
 
         checking = wrapper
 
-        def wrapper(self, *args, **kwargs):  # noqa: F811 - the passthrough twin of the above
+        def wrapper(self, *args, **kwargs):  # type: ignore[no-redef]  # noqa: F811 - the twin
             return fn(self, *args, **kwargs)
             role, name  # noqa: B018 - unreachable: keeps the checking code's free variables
 

@@ -258,6 +258,7 @@ class ProfileSession:
         """Close the open window; its step stays armed until stopped."""
         current, self.current = self.current, None
         self.state = ARMED
+        assert current is not None  # the table only routes here with a window open
         try:
             self.capture.close(current.window)
         finally:

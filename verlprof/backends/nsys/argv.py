@@ -8,12 +8,13 @@ dropped with a warning that names the key.
 
 from __future__ import annotations
 
-from typing import List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.config.options import canonical_key, pop_option, render_options
 from verlprof.config.schema import NsysConfig
 from verlprof.errors import ConfigError
+from verlprof.records import Trigger
 
 PLAN_OWNED = ("output", "capture-range-end", "force-overwrite", "nvtx-capture")
 """nsys options verlprof always sets itself, whatever the user wrote."""
@@ -24,16 +25,17 @@ CPU_SAFE_DEFAULTS = {"sample": "none", "cpuctxsw": "none"}
 NSYS_NVTX_ENV = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
 """Lets the capture range name match an unregistered NVTX string (else: no report, exit 0)."""
 
-_CAPTURE_RANGE_TRIGGERS = {"cudaprofilerapi": "cuda", "nvtx": "nvtx"}
+_CAPTURE_RANGE_TRIGGERS: Dict[str, Trigger] = {"cudaprofilerapi": "cuda", "nvtx": "nvtx"}
 
 
-def resolve_trigger(nsys: NsysConfig, options_key: str, cuda: bool) -> Tuple[str, str]:
+def resolve_trigger(nsys: NsysConfig, options_key: str, cuda: bool) -> Tuple[Trigger, str]:
     """The trigger (``cuda`` or ``nvtx``) for workers, and the key that decided it.
 
     An explicit ``trigger`` wins, then the user's ``capture-range`` option, then the device.
     ``cuda`` without CUDA would record nothing and exit 0, so it is an error.
     """
     key, value = pop_option(dict(nsys.worker_options), "capture-range")
+    trigger: Optional[Trigger]
     if nsys.trigger != "auto":
         trigger, source = nsys.trigger, "trainer.profiler.nsys.trigger"
     elif value is not None:
@@ -44,6 +46,7 @@ def resolve_trigger(nsys: NsysConfig, options_key: str, cuda: bool) -> Tuple[str
                                       f"nvtx, not {value!r}")
     else:
         trigger, source = ("cuda" if cuda else "nvtx"), "trainer.device"
+    assert trigger is not None
     if trigger == "cuda" and not cuda:
         raise ConfigError(source, "the cuda trigger records nothing without CUDA (trainer.device "
                                   "is not cuda); use trigger nvtx")

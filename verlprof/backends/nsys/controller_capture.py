@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from contextlib import contextmanager
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional
 
 from verlprof import paths
 from verlprof.backends.nsys import nvtx
@@ -63,7 +63,8 @@ class ControllerCapture:
         by_ordinal = ordinals([str(p) for p in waited.found])
         entries = []
         for n, window in enumerate(opened + fillers, start=1):
-            path = by_ordinal.get(n)
+            path: Optional[str] = by_ordinal.get(n)
+            reason: Optional[str]
             if n > len(opened):
                 if path:
                     os.remove(path)

@@ -98,8 +98,7 @@ def nvtx_library_candidates() -> List[str]:
         found = ctypes.util.find_library(short)
         if found:
             out.append(found)
-    seen: set = set()
-    return [p for p in out if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(out))  # first occurrence of each, in order
 
 
 class _CtypesEmitter(NvtxEmitter):

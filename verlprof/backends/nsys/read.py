@@ -18,7 +18,7 @@ import re
 import sqlite3
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 from verlprof.backends.nsys.cli import export_sqlite
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
@@ -83,9 +83,11 @@ def read_nsys_sqlite(sqlite_path: str, index: int = 0) -> ReportData:
         window = (base + bounds.start_ns, base + bounds.end_ns)
 
     spans = [(s, e) for _, s, e in phases]
-    kern = attribute(spans, [(launches.get(k.correlation_id, k.start_ns), k.duration_ns)
+    # an event without a correlation id (None) finds no launch and keeps its own start
+    by_id = cast(Dict[Optional[int], int], launches)
+    kern = attribute(spans, [(by_id.get(k.correlation_id, k.start_ns), k.duration_ns)
                              for k in kernels] if has_kernels else None)
-    mem = attribute(spans, [(launches.get(m.correlation_id, m.start_ns), m.duration_ns)
+    mem = attribute(spans, [(by_id.get(m.correlation_id, m.start_ns), m.duration_ns)
                             for m in copies] if has_copies else None)
     ranges = tuple(RawRange(text, base + s, base + e, kernel_ns=k[0], kernel_count=k[1],
                             memcpy_ns=m[0])

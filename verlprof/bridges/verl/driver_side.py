@@ -120,6 +120,8 @@ def patch_worker_groups() -> bool:
             return create(self, rank, *args, **kwargs)
         ray_cls_with_init = next((a for a in args if hasattr(a, "update_options")),
                                  kwargs.get("ray_cls_with_init"))
+        if ray_cls_with_init is None:  # a verl whose _create_worker takes other arguments
+            return create(self, rank, *args, **kwargs)
         group = bridge.groups.group_of(self.name_prefix, _class_attributes(ray_cls_with_init))
         update = ray_cls_with_init.update_options
 
@@ -151,8 +153,8 @@ def patch_worker_groups() -> bool:
                 bridge.register(group, list(self.workers))
         return result
 
-    for func in (_create_worker, _init_with_resource_pool):
-        func.__verlprof_bridge__ = True  # type: ignore[attr-defined]
+    _create_worker.__verlprof_bridge__ = True  # type: ignore[attr-defined]
+    _init_with_resource_pool.__verlprof_bridge__ = True  # type: ignore[attr-defined]
     group_cls._create_worker = _create_worker
     group_cls._init_with_resource_pool = _init_with_resource_pool
     return True

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlprof.bridges.verl.bridge import attach, plan_of
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
+from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan
+from verlprof.plan.render import render_plan
 from verlprof.runtime.launch import controller_options
 
 STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
@@ -32,7 +34,7 @@ def prepare(config: DictConfig) -> ProfilePlan:
     """Plan ``config`` and clear verl's step list in it, in place. The config is resolved as
     verl's TaskRunner resolves it, so that the role blocks' interpolations are read."""
     resolved = OmegaConf.to_container(config, resolve=True)
-    plan = plan_of(resolved)
+    plan = plan_of(cast(Dict[str, Any], resolved))
     with open_dict(config):
         for key in STEP_KEYS:
             if OmegaConf.select(config, key) is not None:
@@ -44,7 +46,7 @@ def _runner_class(base: Any, plan: ProfilePlan) -> type:
     """A subclass of verl's TaskRunner whose ``run`` attaches the bridge first (the plan travels
     with the class: Ray ships a class defined here by value)."""
 
-    class VerlprofTaskRunner(base):  # type: ignore[valid-type, misc]
+    class VerlprofTaskRunner(base):
         def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
             bridge = attach(config, plan=plan)
             try:
@@ -136,9 +138,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     verl.trainer.main_ppo``; ``--plan`` first prints what would be profiled and runs nothing."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--plan"]:
-        from verlprof.errors import ConfigError
-        from verlprof.plan.render import render_plan
-
         try:
             render_plan(prepare(compose_verl_config(args[1:])))
         except ConfigError as err:

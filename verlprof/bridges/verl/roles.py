@@ -8,7 +8,7 @@ method, so that verl's ``update_actor`` is phase ``actor/update_actor`` as in ve
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 VERL_KEYS: Dict[str, Tuple[str, ...]] = {
     "actor_rollout_ref": ("actor", "rollout", "ref"),
@@ -30,7 +30,7 @@ PLANNED_ROLES = ("actor", "rollout", "ref", "critic", "rm")
 
 def roles_of_keys(keys: Iterable[str]) -> Tuple[str, ...]:
     """The verlprof roles hosted by a fused worker whose verl role keys are ``keys``."""
-    out = []
+    out: List[str] = []
     for key in keys:
         out.extend(VERL_KEYS.get(key, (key,)))
     return tuple(dict.fromkeys(out))

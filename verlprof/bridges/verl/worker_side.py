@@ -42,7 +42,7 @@ class ProcessHost(ProfilingWorkerMixin):
         self._active = False
         self._lock = threading.Lock()
 
-    @property  # type: ignore[override]
+    @property
     def _verlprof_active(self) -> bool:
         return self._active
 
