@@ -22,6 +22,7 @@ from typing import Any, Dict, List
 import ray
 
 from benchmarks.common import DEMO_CONFIG, WORK_DIR
+from verlprof.config.topology import HYBRID_ROLES
 from verlprof.demo.workers import ActorRolloutRefWorker
 
 GROUP, MEASURED_RANK = "actor_rollout_ref", 1
@@ -82,7 +83,8 @@ class BenchTaskRunner:
         from verlprof.demo import trainer
         from verlprof.plan import ProfilePlan
 
-        trainer.GROUP_CLASSES[GROUP] = TimedActorRolloutRefWorker  # this process only
+        # this process only: the hybrid roles run the timed class
+        trainer.ROLE_CLASSES.update(dict.fromkeys(HYBRID_ROLES, TimedActorRolloutRefWorker))
         result = trainer.PPOTrainer(config, ProfilePlan.from_dict(plan)).fit()
         result["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return result

@@ -30,6 +30,7 @@ from benchmarks.demo_runs import (
     overrides,
     read_times,
 )
+from verlprof.config.topology import HYBRID_ROLES
 
 GOAL = 1.03
 
@@ -43,12 +44,12 @@ def make_trainer(steps: int, on: bool, output_dir: str):
     planned = {(p.group, p.rank) for p in plan.processes}
     if (GROUP, MEASURED_RANK) in planned or on != bool(planned):
         raise RuntimeError(f"P3 plan selects {sorted(planned)}: not the intended set-up")
-    saved = demo_trainer.GROUP_CLASSES[GROUP]
-    demo_trainer.GROUP_CLASSES[GROUP] = TimedActorRolloutRefWorker
+    saved = dict(demo_trainer.ROLE_CLASSES)
+    demo_trainer.ROLE_CLASSES.update(dict.fromkeys(HYBRID_ROLES, TimedActorRolloutRefWorker))
     try:
         return demo_trainer.PPOTrainer(loaded.raw, plan)
     finally:
-        demo_trainer.GROUP_CLASSES[GROUP] = saved
+        demo_trainer.ROLE_CLASSES.update(saved)
 
 
 def run(blocks: int = 6, block: int = 12, settle: int = 3, demo: Sequence[DemoRun] = (),

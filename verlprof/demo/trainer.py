@@ -38,14 +38,29 @@ from verlprof.runtime.controller import ProfileController, describe_error
 from verlprof.runtime.launch import worker_options
 from verlprof.worker import process_identity
 
-GROUP_CLASSES = {
-    "actor_rollout_ref": workers.ActorRolloutRefWorker,
+ROLE_CLASSES = {
     "actor": workers.ActorRolloutRefWorker,
     "rollout": workers.ActorRolloutRefWorker,
     "ref": workers.ActorRolloutRefWorker,
     "critic": workers.CriticWorker,
     "rm": workers.RewardModelWorker,
 }
+"""The demo worker class that runs each role."""
+
+_FUSED: Dict[Tuple[type, ...], type] = {}
+
+
+def group_class(roles: Sequence[str]) -> type:
+    """The worker class of a process hosting ``roles``: one class, or, when the roles of
+    several classes share the process (verl's fused resource pools), one class made of them
+    all, as verl's ``create_colocated_worker_cls`` fuses its workers."""
+    classes = tuple(dict.fromkeys(ROLE_CLASSES[r] for r in roles))
+    if len(classes) == 1:
+        return classes[0]
+    if classes not in _FUSED:
+        name = "Fused" + "".join(c.__name__.replace("Worker", "") for c in classes) + "Worker"
+        _FUSED[classes] = type(name, classes, {"__module__": __name__})
+    return _FUSED[classes]
 
 FAULT_ACTIONS = ("kill", "raise", "sleep")
 
@@ -136,7 +151,7 @@ class PPOTrainer:
         self.groups: Dict[str, List[Any]] = {}
         placement = demo.get("worker_resources") or {}
         for group in plan.groups:
-            base = GROUP_CLASSES[group.name]
+            base = group_class(group.roles)
             actors = []
             for rank in range(group.world_size):
                 faults = _faults(config, group.name, rank)
@@ -180,11 +195,10 @@ class PPOTrainer:
         raise ProfilingRuntimeError("; ".join(lines), group=group, rank=rank)
 
     def _role(self, role: str) -> Tuple[str, List[Tuple[int, Any]]]:
-        """The live (rank, actor) pairs hosting ``role`` (the hybrid group for actor, rollout,
-        ref when it exists)."""
-        if role in ("actor", "rollout", "ref") and "actor_rollout_ref" in self.live:
-            return "actor_rollout_ref", self.live["actor_rollout_ref"]
-        return role, self.live.get(role, [])
+        """The live (rank, actor) pairs of the group whose processes host ``role`` (the hybrid
+        group for actor, rollout and ref; a fused pool for every role it holds)."""
+        group = next((g.name for g in self.plan.groups if role in g.roles), role)
+        return group, self.live.get(group, [])
 
     def _call(self, role: str, method: str, *tensors: torch.Tensor) -> List[Any]:
         """``method`` on every live rank of the role's group, each getting its slice of every

@@ -100,7 +100,8 @@ class CriticWorker(DemoWorker):
     def __init__(self, rank: int, delays: Optional[Dict[str, float]] = None, seed: int = 0):
         super().__init__(rank, delays, seed)
         self.value = nn.Sequential(nn.Embedding(VOCAB, HIDDEN), nn.Linear(HIDDEN, 1))
-        self.optimizer = torch.optim.AdamW(self.value.parameters(), lr=1e-3)
+        # its own name: the critic may share a process (and an object) with the actor
+        self.value_optimizer = torch.optim.AdamW(self.value.parameters(), lr=1e-3)
 
     @annotate("critic")
     def compute_values(self, seqs: torch.Tensor) -> torch.Tensor:
@@ -113,9 +114,9 @@ class CriticWorker(DemoWorker):
         self._delay("update_critic")
         for _ in range(2):
             loss = ((self.value(seqs).squeeze(-1).mean(-1) - returns) ** 2).mean()
-            self.optimizer.zero_grad()
+            self.value_optimizer.zero_grad()
             loss.backward()
-            self.optimizer.step()
+            self.value_optimizer.step()
         return float(loss)
 
 
