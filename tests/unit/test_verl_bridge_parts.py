@@ -1,0 +1,101 @@
+"""The verl bridge's own logic without Ray or verl: names, gates, routing, and that verlprof
+works where verl is not installed (tests/integration/test_verl_bridge.py runs it in real verl)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from verlprof.bridges.verl.roles import fused_keys, phase_of, roles_of_keys
+from verlprof.bridges.verl.worker_side import ProcessHost, VerlprofImpl, remote_call
+
+
+def test_fused_keys_come_from_verls_prefixed_methods():
+    names = ["actor_rollout_ref_start_profile", "actor_rollout_ref_update_actor",
+             "critic_start_profile", "critic_train_batch", "execute_with_func_generator",
+             "start_profile"]
+    assert fused_keys(names) == ("actor_rollout_ref", "critic")
+    assert roles_of_keys(fused_keys(names)) == ("actor", "rollout", "ref", "critic")
+
+
+@pytest.mark.parametrize("label, method, worker, expected", [
+    ("actor_update", "update_actor", "actor_rollout_ref", ("actor", "update_actor")),
+    ("ref_compute_log_prob", "compute_ref_log_prob", "actor_rollout_ref",
+     ("ref", "compute_ref_log_prob")),
+    ("rollout_generate", "generate_sequences", "actor_rollout_ref",
+     ("rollout", "generate_sequences")),
+    ("train_batch", "train_batch", "critic", ("critic", "train_batch")),
+    (None, "compute_rm_score", "reward_model", ("rm", "compute_rm_score")),
+])
+def test_phase_names_follow_verlprofs_role_and_method(label, method, worker, expected):
+    assert phase_of(label, method, worker) == expected
+
+
+class FakeDistProfiler:
+    """The three gates of verl's DistProfiler, as verl 0.9.1 keeps them."""
+
+    def __init__(self, enable=False, this_rank=False):
+        self._enable, self._this_rank, self._this_step = enable, this_rank, False
+
+
+def test_gates_open_only_while_a_window_is_live_and_are_restored():
+    host = ProcessHost()
+    profiler = FakeDistProfiler(enable=False, this_rank=True)
+    host.adopt(profiler, "critic")
+    assert isinstance(profiler._impl, VerlprofImpl)
+    assert (profiler._enable, profiler._this_rank, profiler._this_step) == (False, True, False)
+    host._verlprof_active = True
+    assert (profiler._enable, profiler._this_rank, profiler._this_step) == (True, True, True)
+    late = FakeDistProfiler()  # a profiler built while a window is open joins at once
+    host.adopt(late, "actor_rollout_ref")
+    assert late._this_step
+    host._verlprof_active = False
+    assert (profiler._enable, profiler._this_rank, profiler._this_step) == (False, True, False)
+    assert (late._enable, late._this_rank, late._this_step) == (False, False, False)
+
+
+def test_annotated_phase_runs_plainly_without_a_session():
+    host = ProcessHost()
+    impl = VerlprofImpl(host, "actor_rollout_ref")
+
+    def update_actor(self, x, scale=1):
+        return x * scale
+
+    wrapped = impl.annotate(color="olive", role="actor_update")(update_actor)
+    assert wrapped(object(), 3, scale=2) == 6
+    assert wrapped.__name__ == "update_actor"
+
+
+def test_remote_call_reaches_only_verlprof_rpcs():
+    with pytest.raises(PermissionError):
+        remote_call(object(), "__init__")
+    assert remote_call(object(), "verlprof_status").configured is False
+
+
+def test_verlprof_and_its_bridge_import_without_verl():
+    code = ("import sys\n"
+            "class NoVerl:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'verl' or name.startswith('verl.'):\n"
+            "            raise ImportError('verl is not installed')\n"
+            "sys.meta_path.insert(0, NoVerl())\n"
+            "import verlprof, verlprof.bridges.verl as bridge\n"
+            "from verlprof import build_plan, load_config, ProfileController\n"
+            "print(bridge.install())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"  # nothing to patch, and no error
+
+
+def test_the_plugin_does_nothing_unless_asked():
+    code = ("import os, sys\n"
+            "os.environ.pop('VERLPROF_VERL_BRIDGE', None)\n"
+            "import verlprof.bridges.verl.plugin\n"
+            "print(sorted(m for m in sys.modules if m.startswith('verlprof.bridges.verl.')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['verlprof.bridges.verl.env', 'verlprof.bridges.verl.plugin']"
