@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import pytest
 
@@ -38,6 +40,24 @@ def require_nsys() -> str:
             pytest.fail(f"{msg}; CI=true requires Nsight Systems", pytrace=False)
         pytest.skip(msg)
     return exe
+
+
+@contextlib.contextmanager
+def local_ray_cluster(num_cpus: int) -> Iterator[None]:
+    """A local Ray cluster of ``num_cpus`` logical CPUs (never one already running on the
+    machine); on exit, no nsys agent started meanwhile may be left orphaned."""
+    import ray
+
+    from verlprof.backends.nsys.cli import list_agents
+
+    before = {a.pid for a in list_agents()}
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+    assert_no_leaked_agents(before)
 
 
 def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:

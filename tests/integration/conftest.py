@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import assert_no_leaked_agents
+from tests.helpers import local_ray_cluster
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster for the module; on teardown, no nsys agent may be left orphaned."""
-    import ray
-
-    from verlprof.backends.nsys.cli import list_agents
-
-    before = {a.pid for a in list_agents()}
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-    assert_no_leaked_agents(before)
+    with local_ray_cluster(num_cpus=2):
+        yield

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.helpers import require_nsys, require_verl
+from tests.helpers import local_ray_cluster, require_nsys, require_verl
 from tests.integration.runtime_helpers import nvtx_names
 
 pytestmark = pytest.mark.integration
@@ -53,17 +53,8 @@ ROLES_PHASES = {"rollout/generate_sequences", "actor/compute_log_prob",
 @pytest.fixture(scope="module")
 def ray_four_cpus():
     """verl's pools reserve one CPU per bundle: 2 + 1, plus room for the runner."""
-    import ray
-
-    from tests.helpers import assert_no_leaked_agents
-    from verlprof.backends.nsys.cli import list_agents
-
-    before = {a.pid for a in list_agents()}
-    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-    assert_no_leaked_agents(before)
+    with local_ray_cluster(num_cpus=4):
+        yield
 
 
 def _run(tmp_path, extra):

@@ -12,12 +12,12 @@ Two verl seams, patched once per process and idle until a :class:`Bridge` is att
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from verlprof.bridges.verl.env import ENABLE_ENV, EXTERNAL_MODULES_ENV, PLUGIN_MODULE
+from verlprof.bridges.verl.patching import wrap_once
 from verlprof.bridges.verl.roles import fused_keys, roles_of_keys
 from verlprof.bridges.verl.worker_side import remote_call
 from verlprof.runtime.launch import worker_runtime_env
@@ -109,52 +109,48 @@ def patch_worker_groups() -> bool:
     except ImportError:
         return False
     group_cls = ray_base.RayWorkerGroup
-    create = group_cls._create_worker
-    if getattr(create, "__verlprof_bridge__", False):
-        return True
 
-    @functools.wraps(create)
-    def _create_worker(self: Any, rank: int, *args: Any, **kwargs: Any) -> Any:
-        bridge = active_bridge()
-        if bridge is None:
-            return create(self, rank, *args, **kwargs)
-        ray_cls_with_init = next((a for a in args if hasattr(a, "update_options")),
-                                 kwargs.get("ray_cls_with_init"))
-        if ray_cls_with_init is None:  # a verl whose _create_worker takes other arguments
-            return create(self, rank, *args, **kwargs)
-        group = bridge.groups.group_of(self.name_prefix, _class_attributes(ray_cls_with_init))
-        update = ray_cls_with_init.update_options
+    def make_create(create: Callable) -> Callable:
+        def _create_worker(self: Any, rank: int, *args: Any, **kwargs: Any) -> Any:
+            bridge = active_bridge()
+            ray_cls_with_init = next((a for a in args if hasattr(a, "update_options")),
+                                     kwargs.get("ray_cls_with_init"))
+            if bridge is None or ray_cls_with_init is None:  # off, or another verl signature
+                return create(self, rank, *args, **kwargs)
+            group = bridge.groups.group_of(self.name_prefix,
+                                           _class_attributes(ray_cls_with_init))
+            update = ray_cls_with_init.update_options
 
-        def update_options(options: Dict[str, Any]) -> Any:
-            runtime_env = dict(options.get("runtime_env") or {})
-            runtime_env.pop("nsight", None)  # verl wraps every rank; the plan says which
-            env_vars = bridge_env(runtime_env.get("env_vars"))
-            if group is not None:
-                runtime_env = worker_runtime_env(bridge.plan, group, rank, runtime_env)
-                env_vars.update(runtime_env.get("env_vars") or {})
-            runtime_env["env_vars"] = env_vars
-            return update({**options, "runtime_env": runtime_env})
+            def update_options(options: Dict[str, Any]) -> Any:
+                runtime_env = dict(options.get("runtime_env") or {})
+                runtime_env.pop("nsight", None)  # verl wraps every rank; the plan says which
+                env_vars = bridge_env(runtime_env.get("env_vars"))
+                if group is not None:
+                    runtime_env = worker_runtime_env(bridge.plan, group, rank, runtime_env)
+                    env_vars.update(runtime_env.get("env_vars") or {})
+                runtime_env["env_vars"] = env_vars
+                return update({**options, "runtime_env": runtime_env})
 
-        ray_cls_with_init.update_options = update_options  # this call only
-        try:
-            return create(self, rank, *args, **kwargs)
-        finally:
-            del ray_cls_with_init.update_options
+            ray_cls_with_init.update_options = update_options  # this call only
+            try:
+                return create(self, rank, *args, **kwargs)
+            finally:
+                del ray_cls_with_init.update_options
 
-    init_pool = group_cls._init_with_resource_pool
+        return _create_worker
 
-    @functools.wraps(init_pool)
-    def _init_with_resource_pool(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = init_pool(self, *args, **kwargs)
-        bridge = active_bridge()
-        if bridge is not None:
-            group = bridge.groups.by_prefix.get(self.name_prefix)
-            if group is not None:
-                bridge.register(group, list(self.workers))
-        return result
+    def make_init(init_pool: Callable) -> Callable:
+        def _init_with_resource_pool(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = init_pool(self, *args, **kwargs)
+            bridge = active_bridge()
+            if bridge is not None:
+                group = bridge.groups.by_prefix.get(self.name_prefix)
+                if group is not None:
+                    bridge.register(group, list(self.workers))
+            return result
 
-    _create_worker.__verlprof_bridge__ = True  # type: ignore[attr-defined]
-    _init_with_resource_pool.__verlprof_bridge__ = True  # type: ignore[attr-defined]
-    group_cls._create_worker = _create_worker
-    group_cls._init_with_resource_pool = _init_with_resource_pool
+        return _init_with_resource_pool
+
+    wrap_once(group_cls, "_create_worker", make_create)
+    wrap_once(group_cls, "_init_with_resource_pool", make_init)
     return True

@@ -11,44 +11,47 @@ the manifest written, even when training fails.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import Any, Callable, List
 
 from verlprof.bridges.verl.driver_side import active_bridge
+from verlprof.bridges.verl.patching import wrap_once
 
 _TRAINERS = (("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", False),
              ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", True))
 """(module, class, whether verl's own hooks keep state the trainer reads)."""
 
 
-def _wrap_start(original: Callable, stateful: bool) -> Callable:
-    @functools.wraps(original)
-    def _start_profiling(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bridge = active_bridge()
-        if bridge is None:
-            return original(self, *args, **kwargs)
-        result = original(self, *args, **kwargs) if stateful else None
-        bridge.begin_step(int(self.global_steps))
-        return result
+def _wrap_start(stateful: bool) -> Callable[[Callable], Callable]:
+    def make(original: Callable) -> Callable:
+        def _start_profiling(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bridge = active_bridge()
+            if bridge is None:
+                return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs) if stateful else None
+            bridge.begin_step(int(self.global_steps))
+            return result
 
-    return _start_profiling
+        return _start_profiling
+
+    return make
 
 
-def _wrap_stop(original: Callable, stateful: bool) -> Callable:
-    @functools.wraps(original)
-    def _stop_profiling(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bridge = active_bridge()
-        if bridge is None:
-            return original(self, *args, **kwargs)
-        bridge.end_step(int(self.global_steps))
-        return original(self, *args, **kwargs) if stateful else None
+def _wrap_stop(stateful: bool) -> Callable[[Callable], Callable]:
+    def make(original: Callable) -> Callable:
+        def _stop_profiling(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bridge = active_bridge()
+            if bridge is None:
+                return original(self, *args, **kwargs)
+            bridge.end_step(int(self.global_steps))
+            return original(self, *args, **kwargs) if stateful else None
 
-    return _stop_profiling
+        return _stop_profiling
+
+    return make
 
 
 def _wrap_fit(original: Callable) -> Callable:
-    @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(self, *args, **kwargs)
@@ -68,11 +71,8 @@ def patch_trainers() -> List[str]:
             cls = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError):
             continue  # not in this verl version, or its optional dependencies are missing
-        if not getattr(cls._start_profiling, "__verlprof_bridge__", False):
-            for name, wrap in (("_start_profiling", _wrap_start), ("_stop_profiling", _wrap_stop)):
-                wrapped = wrap(getattr(cls, name), stateful)
-                wrapped.__verlprof_bridge__ = True  # type: ignore[attr-defined]
-                setattr(cls, name, wrapped)
-            cls.fit = _wrap_fit(cls.fit)
+        wrap_once(cls, "_start_profiling", _wrap_start(stateful))
+        wrap_once(cls, "_stop_profiling", _wrap_stop(stateful))
+        wrap_once(cls, "fit", _wrap_fit)
         patched.append(class_name)
     return patched

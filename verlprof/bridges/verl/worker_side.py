@@ -25,6 +25,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from verlprof.bridges.verl.patching import wrap_once
 from verlprof.bridges.verl.roles import phase_of
 from verlprof.worker import ProfilingWorkerMixin
 
@@ -147,18 +148,14 @@ def patch_dist_profiler() -> bool:
         from verl.utils.profiler import profile as verl_profile
     except ImportError:
         return False
-    cls = verl_profile.DistProfiler
-    original = cls.__init__
-    if getattr(original, "__verlprof_bridge__", False):
-        return True
+    def make(original: Callable) -> Callable:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            # DistProfiler(rank, config, tool_config, save_file_prefix): its worker's role key
+            key = kwargs.get("save_file_prefix", args[3] if len(args) > 3 else None)
+            host().adopt(self, key if isinstance(key, str) else None)
 
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        # DistProfiler(rank, config, tool_config, save_file_prefix): the role key of its worker
-        key = kwargs.get("save_file_prefix", args[3] if len(args) > 3 else None)
-        host().adopt(self, key if isinstance(key, str) else None)
+        return __init__
 
-    __init__.__verlprof_bridge__ = True  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    wrap_once(verl_profile.DistProfiler, "__init__", make)
     return True
