@@ -16,7 +16,7 @@ PACKAGE = ROOT / "verlprof"
 STAGES: Tuple[Tuple[str, str], ...] = (  # (module prefix, stage), most specific first
     ("verlprof.errors", "contracts"), ("verlprof.paths", "contracts"),
     ("verlprof.manifest", "contracts"), ("verlprof.records", "contracts"),
-    ("verlprof.version", "contracts"),
+    ("verlprof.version", "contracts"), ("verlprof.safe_text", "contracts"),
     ("verlprof.config", "config"),
     ("verlprof.plan.model", "plan.model"),
     ("verlprof.plan", "plan"),
