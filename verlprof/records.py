@@ -26,6 +26,10 @@ StartReply = Literal["started", "already-started", "not-planned", "finalized", "
 """A worker's answer to ``verlprof_start``."""
 StopReply = Literal["stopped", "not-started", "not-configured"]
 """A worker's answer to ``verlprof_stop``."""
+VerlRelease = Literal["0.4.1", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.9.1"]
+"""The verl release whose config keys a verl-layout config uses (recognised from the keys; each
+release has its own semantics: which block the hybrid worker reads, which rank ``enable`` with
+no ranks selects, which methods verl annotates)."""
 
 STATUS_OK: Status = "ok"
 STATUS_MISSING: Status = "missing"

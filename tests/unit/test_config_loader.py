@@ -172,7 +172,11 @@ def test_composed_config_with_defaults_list():
     assert prof.nsys.worker_options["capture-range"] == "cudaProfilerApi"
     assert loaded.raw["actor_rollout_ref"]["actor"]["strategy"] == "fsdp"
     assert loaded.raw["actor_rollout_ref"]["ref"]["strategy"] == "fsdp"
-    assert [g.name for g in loaded.topology.groups] == ["actor_rollout_ref", "critic"]
+    # a verl config runs as verl runs it: every role of global_pool fused in one process per
+    # GPU (no KL, so no ref; GAE, so a critic; the reward model is off)
+    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
+        ("global_pool", ("actor", "rollout", "critic"), 8)]
+    assert prof.verl_release == "0.6.0"
     assert loaded.warnings == ()
 
 

@@ -19,6 +19,8 @@ SPECIAL: Dict[str, Any] = {
     "ProfilingConfig.steps": [2],
     "ComponentConfig.ranks": [1],
     "RocprofSysConfig.env": {"ROCPROFSYS_X": "1"},
+    "FinishHookConfig.cmd": "ls > /dev/null",
+    "FinishHookConfig.ranks": [1],
 }
 """Values whose field takes more than its type says (a template, an absolute path...)."""
 
@@ -63,7 +65,8 @@ def test_every_documented_key_sets_its_schema_field(name, seed):
     block = profiling.components.critic if cls is schema.ComponentConfig else {
         schema.ProfilingConfig: profiling, schema.NsysConfig: profiling.nsys,
         schema.TorchProfilerConfig: profiling.torch,
-        schema.RocprofSysConfig: profiling.rocprof_sys}[cls]
+        schema.RocprofSysConfig: profiling.rocprof_sys,
+        schema.FinishHookConfig: profiling.finish_hook}[cls]
     got = getattr(block, field_name)
     expected = tuple(value) if isinstance(value, list) else value
     if field_name == "phases":
@@ -80,8 +83,9 @@ def test_the_profiler_block_lists_its_keys_in_the_order_messages_always_used():
     ("unknown key; valid keys: ..."): these are the lists the block reader used to spell."""
     assert profiler_block.KEYS == ("tool", "enabled", "output_dir", "filename_template", "nsys",
                                    "torch", "rocprof_sys", "phases", "rpc_timeout_s",
-                                   "finalize_timeout_s", "on_rank_failure")
+                                   "finalize_timeout_s", "on_rank_failure", "finish_hook")
     assert profiler_block.NSYS_KEYS == ("trigger", "executable", "worker_flags",
                                         "controller_flags")
     assert profiler_block.TORCH_KEYS == ("record_shapes", "profile_memory", "with_stack", "cuda")
     assert profiler_block.ROCPROF_KEYS == ("args", "env", "executable")
+    assert profiler_block.FINISH_HOOK_KEYS == ("cmd", "all_ranks", "ranks", "timeout_s")

@@ -1,7 +1,8 @@
 """From a trainer config (a plain dict) and the environment to a :class:`LoadedConfig`.
 
-The pipeline, one stage per module: plain dict (:func:`to_plain`) → topology
-(:meth:`Topology.from_trainer_config`) → layout read into a draft (:mod:`.layouts`) → default
+The pipeline, one stage per module: plain dict (:func:`to_plain`) → layout read into a draft
+(:mod:`.layouts`) → topology (verl's resource pools for verl's layouts, :mod:`.verl_pools`;
+:meth:`Topology.from_trainer_config` for the seed layout) → default
 worker options → NeMo RL environment, which wins (:mod:`.nemo_env`) → option and cross-key
 checks (:mod:`.validate`) → frozen :class:`ProfilingConfig` (:mod:`.draft`, dacite).
 
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlprof.config import layouts, nemo_env, profiler_block
+from verlprof.config import layouts, nemo_env, profiler_block, verl_pools
 from verlprof.config import validate as v
 from verlprof.config.draft import to_profiling
 from verlprof.config.schema import OptionValue, ProfilingConfig
@@ -88,8 +89,10 @@ def to_plain(cfg: Any) -> Dict[str, Any]:
 
 
 def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
-    topology = Topology.from_trainer_config(raw)
     draft = layouts.read(raw)
+    # verl's layouts run as verl runs them: one fused process per GPU of each resource pool
+    topology = (verl_pools.topology(raw, draft.verl) if draft.verl is not None
+                else Topology.from_trainer_config(raw))
     if draft.worker_options is None:
         draft.worker_options = dict(DEFAULT_CUDA_WORKER_OPTIONS if topology.cuda
                                     else DEFAULT_CPU_WORKER_OPTIONS)
@@ -106,8 +109,8 @@ def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
 
 def _warn_steps_beyond_the_run(draft: Any, raw: Mapping[str, Any]) -> None:
     """A step after the last training step is never reached: say so instead of nothing."""
-    trainer = raw.get("trainer") if isinstance(raw.get("trainer"), Mapping) else {}
-    total = trainer.get("total_training_steps")
+    trainer = raw.get("trainer")
+    total = trainer.get("total_training_steps") if isinstance(trainer, Mapping) else None
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         return
     beyond = [s for s in draft.config.steps if s > total]

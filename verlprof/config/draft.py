@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import dacite
 
@@ -57,8 +57,11 @@ class Draft:
     torch: Dict[str, Any] = field(default_factory=dict)
     """The ``trainer.profiler.torch`` keys given; the others come from verl's torch ``contents``
     (global_profiler layout), else the schema's defaults."""
-    torch_contents: List[str] = field(default_factory=list)
-    """verl's torch ``contents`` items collected from the global_profiler layout."""
+    torch_contents: Optional[List[str]] = None
+    """verl's torch ``contents`` items collected from the global_profiler layout (None: no
+    ``contents`` key given, as in verl 0.6/0.7)."""
+    torch_contents_seen: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    """Each enabled role's ``contents`` by key (they are merged: differences are reported)."""
     steps_key: str = ""
     """Key the steps were read from (every layout reader sets it)."""
     steps_given: bool = False
@@ -69,6 +72,9 @@ class Draft:
     """Why ``enabled`` is false, for the warning (``trainer.profiler.enabled is false``)."""
     worker_flags_key: str = ""
     controller_flags_key: str = ""
+    verl: Optional[Any] = None
+    """The verl release this config's keys belong to, with its semantics
+    (:class:`~verlprof.config.verl_release.VerlRelease`); None for the seed layout."""
     warnings: List[str] = field(default_factory=list)
 
     def set(self, **values: Any) -> None:

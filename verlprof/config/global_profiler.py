@@ -28,37 +28,45 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verlprof.config import validate as v
+from verlprof.config import verl_keys
 from verlprof.config.draft import Draft, RoleDraft
 from verlprof.config.schema import TOOLS
+from verlprof.config.verl_release import FINISH_HOOK_KEYS
 from verlprof.errors import ConfigError
 
 PREFIX = "global_profiler"
 
 GLOBAL_KEYS: Tuple[str, ...] = ("_target_", "tool", "steps", "profile_continuous_steps",
-                                "save_path", "global_tool_config")
+                                "save_path", "global_tool_config") + FINISH_HOOK_KEYS
 """Keys of ``global_profiler``."""
 
 TOOL_SECTIONS: Tuple[str, ...] = ("nsys", "torch", "torch_memory", "npu", "precision_debugger")
-"""Sub-blocks of ``global_tool_config`` / a role's ``tool_config`` (verl's tool names; only
-``nsys`` and ``torch`` are read, the others are accepted and ignored)."""
+"""Sub-blocks of ``global_tool_config`` / a role's ``tool_config`` (verl's tool names; ``nsys``
+and ``torch`` are read, the others checked by :mod:`verlprof.config.verl_keys`)."""
 
 NSYS_GLOBAL_KEYS: Tuple[str, ...] = ("_target_", "name", "discrete", "controller_nsight_options",
                                      "worker_nsight_options")
 NSYS_ROLE_KEYS: Tuple[str, ...] = ("_target_", "name", "discrete")
 TORCH_TOOL_KEYS: Tuple[str, ...] = ("_target_", "name", "contents", "discrete", "step_start",
-                                    "step_end", "manual_save")
+                                    "step_end", "manual_save", "schedule",
+                                    "profile_token_start", "profile_token_end")
+"""``manual_save`` (0.7.0: save the trace at stop) asks for what verlprof always does."""
 TORCH_CONTENTS: Tuple[str, ...] = ("cuda", "cpu", "memory", "shapes", "stack")
 """verl's torch ``contents`` items (``cpu`` is always traced)."""
 
 ROLE_KEYS: Tuple[str, ...] = ("_target_", "tool", "enable", "all_ranks", "ranks", "save_path",
-                              "tool_config")
+                              "tool_config") + FINISH_HOOK_KEYS
 """Keys of a per-role ``profiler`` block in this layout."""
 
-_UNSUPPORTED_TOOLS = ("torch_memory", "npu")
+_UNSUPPORTED_TOOLS = {
+    "torch_memory": "verlprof does not take CUDA memory snapshots; use tool torch with a "
+                    "torch contents list holding memory",
+    "npu": "verlprof does not drive Ascend's NPU profiler",
+    "precision_debugger": "verlprof does not drive msprobe's precision debugger"}
 
 _DISCRETE_HINT = ("in verl's global_profiler layout nsys discrete is global: set "
                   "global_profiler.global_tool_config.nsys.discrete")
@@ -73,6 +81,8 @@ class GlobalSettings:
     save_path: Optional[str] = None
     nsys_discrete: bool = False
     torch_discrete: bool = False
+    hook: Dict[str, Any] = field(default_factory=dict)
+    """The finish-hook keys as read from ``global_profiler`` (roles must repeat them)."""
 
 
 def check_no_trainer_keys(trainer: Mapping[Any, Any]) -> None:
@@ -105,11 +115,14 @@ def read_global(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Global
     if gp.get("save_path") is not None:
         settings.save_path = v.text(gp["save_path"], f"{PREFIX}.save_path")
 
+    settings.hook = verl_keys.read_global_hook(gp, draft)
     key = f"{PREFIX}.global_tool_config"
     tools = v.mapping(gp.get("global_tool_config"), key)
     v.known_keys(tools, TOOL_SECTIONS, key)
     for name in TOOL_SECTIONS:
-        v.mapping(tools.get(name), f"{key}.{name}")
+        block = v.mapping(tools.get(name), f"{key}.{name}")
+        if name in verl_keys.DEFAULTS:
+            verl_keys.check_unused_tool(block, f"{key}.{name}", name, draft)
     nsys = v.mapping(tools.get("nsys"), f"{key}.nsys")
     v.known_keys(nsys, NSYS_GLOBAL_KEYS, f"{key}.nsys")
     settings.nsys_discrete = v.boolean(nsys.get("discrete"), f"{key}.nsys.discrete")
@@ -134,6 +147,7 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
         raise ConfigError(f"{key}.tool", f"is {v.show(block['tool'])} but global_profiler.tool "
                                          f"is {v.show(gp.tool)}; verlprof runs one tool for the "
                                          "whole run: set global_profiler.tool")
+    verl_keys.check_role_hook(block, key, gp.hook)
     enable = v.boolean(block.get("enable"), f"{key}.enable", default=True)
     ranks = v.ranks(block.get("ranks"), f"{key}.ranks")
     all_ranks = v.boolean(block.get("all_ranks"), f"{key}.all_ranks")
@@ -146,13 +160,16 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
     tool_config = v.mapping(block.get("tool_config"), f"{key}.tool_config")
     v.known_keys(tool_config, TOOL_SECTIONS, f"{key}.tool_config")
     for name in TOOL_SECTIONS:
-        v.mapping(tool_config.get(name), f"{key}.tool_config.{name}")
+        sub = v.mapping(tool_config.get(name), f"{key}.tool_config.{name}")
+        if name in verl_keys.DEFAULTS:
+            verl_keys.check_unused_tool(sub, f"{key}.tool_config.{name}", name, draft)
     nsys = v.mapping(tool_config.get("nsys"), f"{key}.tool_config.nsys")
     v.known_keys(nsys, NSYS_ROLE_KEYS, f"{key}.tool_config.nsys")
     role_nsys = v.optional_boolean(nsys.get("discrete"), f"{key}.tool_config.nsys.discrete")
     torch = _torch_block(tool_config.get("torch"), f"{key}.tool_config.torch")
     role_torch = v.optional_boolean(torch.get("discrete"), f"{key}.tool_config.torch.discrete")
     contents = _contents(torch.get("contents"), f"{key}.tool_config.torch.contents")
+    verl_keys.check_torch_extras(torch, f"{key}.tool_config.torch", gp.tool, enable, draft)
 
     if draft.config.tool == "torch":
         discrete = gp.torch_discrete if role_torch is None else role_torch
@@ -172,9 +189,26 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
             draft.warn(f"{out.selection_key} is set but {key}.enable is false, so this role is "
                        "not profiled")
         out = dataclasses.replace(out, ranks=(), all_ranks=False)
-    else:
+        return out
+    if block.get("enable") is not None and not out.selects_any:
+        out = _enabled_without_ranks(out, key, draft)
+    if contents is not None:
         # rebind, not +=: an ignored alias section is read into a shallow copy of the draft
-        draft.torch_contents = draft.torch_contents + contents
+        draft.torch_contents = (draft.torch_contents or []) + contents
+        draft.torch_contents_seen = {**draft.torch_contents_seen,
+                                     f"{key}.tool_config.torch.contents": tuple(contents)}
+    return out
+
+
+def _enabled_without_ranks(out: RoleDraft, key: str, draft: Draft) -> RoleDraft:
+    """``enable: true`` and no ranks: rank 0 from verl 0.8.0 on, no rank before (verl 0.6/0.7's
+    nsys profiler ignores the rank-0 default its DistProfiler computes)."""
+    traits = draft.verl
+    if traits is not None and traits.enable_picks_rank0:
+        return dataclasses.replace(out, ranks=(0,))
+    release = traits.release if traits is not None else "0.6.0"
+    draft.warn(f"{key}.enable is true but {key}.ranks is empty: verl {release} profiles no rank "
+               f"then (verl 0.8.0+ picks rank 0); set {key}.ranks: [0] to profile rank 0")
     return out
 
 
@@ -182,8 +216,13 @@ def finish(draft: Draft) -> None:
     """After all roles: turn the collected torch ``contents`` into torch options (explicit
     ``trainer.profiler.torch`` keys win)."""
     contents = draft.torch_contents
-    if not contents:
+    if contents is None:
         return
+    if len(set(map(frozenset, draft.torch_contents_seen.values()))) > 1:
+        keys = ", ".join(draft.torch_contents_seen)
+        draft.warn(f"torch contents differ between roles ({keys}); verlprof runs one torch "
+                   f"configuration, their union [{', '.join(sorted(set(contents)))}], in every "
+                   "profiled process")
     derived = {"record_shapes": "shapes" in contents, "profile_memory": "memory" in contents,
                "with_stack": "stack" in contents, "cuda": "cuda" in contents}
     draft.torch = {**derived, **draft.torch}
@@ -198,8 +237,8 @@ def _tool(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Optional[str
         draft.disabled_reason = f"{key} is null (verl: profiling off)"
         return None
     if isinstance(value, str) and value in _UNSUPPORTED_TOOLS:
-        raise ConfigError(key, f"{value} is not supported by verlprof; valid values: "
-                               f"{', '.join(TOOLS)}")
+        raise ConfigError(key, f"{value} is not supported by verlprof: "
+                               f"{_UNSUPPORTED_TOOLS[value]}; valid values: {', '.join(TOOLS)}")
     tool = v.choice(value, key, TOOLS)
     if trainer_tool is not None and trainer_tool != tool:
         raise ConfigError("trainer.profiler.tool", f"is {trainer_tool} but {key} is {tool}; "
@@ -214,9 +253,10 @@ def _torch_block(value: Any, key: str) -> Dict[Any, Any]:
     return block
 
 
-def _contents(value: Any, key: str) -> List[str]:
+def _contents(value: Any, key: str) -> Optional[List[str]]:
+    """verl's torch ``contents`` (None when not given: verl 0.6/0.7 have no such key)."""
     if value is None:
-        return []
+        return None
     if not isinstance(value, (list, tuple)):
         raise ConfigError(key, f"must be a list of {', '.join(TORCH_CONTENTS)}")
     for i, item in enumerate(value):

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from verlprof.config import global_profiler, profiler_block
+from verlprof.config import global_profiler, profiler_block, verl_keys, verl_release, verl_roles
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft, RoleDraft
 from verlprof.config.schema import ROLES, ProfilingConfig
@@ -101,15 +101,43 @@ def read(raw: Mapping[Any, Any]) -> Draft:
     _check_trainer_keys(trainer)
     sections = role_sections(raw)
     draft = Draft(config=ProfilingConfig(source=detect(raw, sections)))
+    if draft.config.source != SEED:
+        draft.verl = verl_release.detect(raw, draft.config.source)
+        draft.set(verl_release=draft.verl.release)
     tool, output_dir = profiler_block.read(trainer.get("profiler"), draft)
     if draft.config.source == VERL_GLOBAL_PROFILER:
         _read_global_layout(raw, trainer, sections, draft, tool, output_dir)
     else:
         _read_trainer(trainer, draft)
         draft.set(output_dir=output_path(output_dir, trainer))
+        single = _single_block(raw, sections)
         for role in ROLES:
-            draft.roles[role] = _read_role(role, sections[role], draft)
+            draft.roles[role] = (single if single is not None and role in HYBRID_ROLES
+                                 else _read_role(role, sections[role], draft))
+    if draft.verl is not None:
+        verl_roles.apply(draft, draft.verl)
     return draft
+
+
+HYBRID_ROLES: Tuple[str, ...] = ("actor", "rollout", "ref")
+"""The roles verl 0.5.0's one ``actor_rollout_ref.profiler`` block selects."""
+
+
+def _single_block(raw: Mapping[Any, Any], sections: Dict[str, List[Section]]
+                  ) -> Optional[RoleDraft]:
+    """verl 0.5.0: ``actor_rollout_ref.profiler`` is the block of the hybrid worker (actor and
+    rollout) and of the separate ref group alike; a role block next to it is ambiguous."""
+    arr = v.mapping(raw.get("actor_rollout_ref"), "actor_rollout_ref")
+    if not isinstance(arr.get("profiler"), Mapping):
+        return None
+    for role in HYBRID_ROLES:
+        for section in sections[role]:
+            if section.has_profiler() or section.has_seed_keys():
+                key = (f"{section.key}.profiler" if section.has_profiler()
+                       else section.seed_keys()[0])
+                raise ConfigError(key, "next to actor_rollout_ref.profiler (verl 0.5.0's one block "
+                                  "for actor, rollout and ref); use one of them")
+    return _read_section(Section("actor_rollout_ref", arr), Draft())
 
 
 def role_sections(raw: Mapping[Any, Any]) -> Dict[str, List[Section]]:
@@ -134,6 +162,9 @@ def detect(raw: Mapping[Any, Any], sections: Dict[str, List[Section]]) -> str:
     """The layout name (see the module docstring for the rule)."""
     if raw.get("global_profiler") is not None:
         return VERL_GLOBAL_PROFILER
+    arr = raw.get("actor_rollout_ref")
+    if isinstance(arr, Mapping) and isinstance(arr.get("profiler"), Mapping):
+        return VERL_PROFILER  # verl 0.5.0's one block for the hybrid worker
     for found in sections.values():
         for section in found:
             block = section.block.get("profiler")
@@ -184,9 +215,23 @@ def _read_global_layout(raw: Mapping[Any, Any], trainer: Mapping[Any, Any],
                                   "uses global_profiler (verl 2025-08+); use one layout: set "
                                   f"{section.key}.profiler.ranks instead")
         read_role = functools.partial(global_profiler.read_role, ROLE_SECTIONS[role][0], gp=gp)
-        draft.roles[role] = (_pick(sections[role], draft, Section.has_profiler, read_role)
-                             or read_role(None, draft))
+        # a role that follows the actor's block interpolates the actor's values: a warning that
+        # only repeats the actor's, under the role's key, is said once (under the actor's)
+        into = draft if not _follows_actor(draft, role) else dataclasses.replace(draft,
+                                                                                  warnings=[])
+        draft.roles[role] = (_pick(sections[role], into, Section.has_profiler, read_role)
+                             or read_role(None, into))
+        if into is not draft:
+            own, actor = f"{ROLE_SECTIONS[role][0]}.", f"{ROLE_SECTIONS['actor'][0]}."
+            draft.warnings += [w for w in into.warnings
+                               if w.replace(own, actor) not in draft.warnings]
     global_profiler.finish(draft)
+
+
+def _follows_actor(draft: Draft, role: str) -> bool:
+    traits = draft.verl
+    return traits is not None and ((role == "rollout" and traits.rollout_follows_actor)
+                                   or (role == "ref" and traits.ref_follows_actor))
 
 
 def _check_top_level(raw: Mapping[Any, Any]) -> None:
@@ -201,6 +246,12 @@ def _check_top_level(raw: Mapping[Any, Any]) -> None:
     arr = raw.get("actor_rollout_ref")
     if isinstance(arr, Mapping):
         for name in arr:
+            if name == "profiler" and isinstance(arr[name], Mapping):
+                if raw.get("global_profiler") is not None:
+                    raise ConfigError("actor_rollout_ref.profiler", "verl 0.5.0's block next to "
+                                      "global_profiler (verl 0.6.0+); use one layout: set "
+                                      "actor_rollout_ref.actor.profiler instead")
+                continue  # verl 0.5.0's one block for the hybrid worker
             if isinstance(name, str) and name.startswith("profil"):
                 raise ConfigError(f"actor_rollout_ref.{name}", "unknown key here; set it per "
                                   "role, e.g. actor_rollout_ref.actor.profile_ranks")
@@ -217,6 +268,11 @@ def _check_trainer_keys(trainer: Mapping[Any, Any]) -> None:
 
 def _check_role_keys(section: Section) -> None:
     for name in section.block:
+        if name == "profile" and isinstance(section.block[name], Mapping) \
+                and "use_profile" in section.block[name]:
+            # verl 0.4.1/0.5.0 Megatron's own torch profiler block
+            verl_keys.check_megatron_profile(section.block[name], f"{section.key}.profile")
+            continue
         if (isinstance(name, str) and name.startswith("profil") and name != "profiler"
                 and name not in SEED_ROLE_KEYS):
             v.unknown(name, SEED_ROLE_KEYS + ("profiler",), section.key)
@@ -276,6 +332,7 @@ def _read_role(role: str, found: List[Section], draft: Draft) -> RoleDraft:
 
 
 def _read_section(section: Section, draft: Draft) -> RoleDraft:
+    block: Mapping[Any, Any]
     if section.has_profiler():
         key = f"{section.key}.profiler"
         block = v.mapping(section.block["profiler"], key)

@@ -58,6 +58,7 @@ KEYS: Tuple[str, ...] = block_keys("")
 NSYS_KEYS: Tuple[str, ...] = block_keys("nsys")
 TORCH_KEYS: Tuple[str, ...] = block_keys("torch")
 ROCPROF_KEYS: Tuple[str, ...] = block_keys("rocprof_sys")
+FINISH_HOOK_KEYS: Tuple[str, ...] = block_keys("finish_hook")
 
 
 def field_keys() -> Dict[str, str]:
@@ -114,6 +115,7 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
     _read_rocprof(block.get("rocprof_sys"), draft)
+    _read_finish_hook(block.get("finish_hook"), draft)
     return tool, output_dir
 
 
@@ -156,6 +158,21 @@ def _read_rocprof(value: Any, draft: Draft) -> None:
         env=v.environment(block.get("env"), f"{key}.env"),
         executable=v.text(block.get("executable"), f"{key}.executable",
                           default=rocprof.executable)))
+
+
+def _read_finish_hook(value: Any, draft: Draft) -> None:
+    key = f"{PREFIX}.finish_hook"
+    block = v.mapping(value, key)
+    v.known_keys(block, FINISH_HOOK_KEYS, key)
+    hook = draft.config.finish_hook
+    cmd = v.text(block["cmd"], f"{key}.cmd") if block.get("cmd") is not None else None
+    draft.set(finish_hook=dataclasses.replace(
+        hook, cmd=cmd,
+        all_ranks=v.boolean(block.get("all_ranks"), f"{key}.all_ranks"),
+        ranks=v.ranks(block.get("ranks"), f"{key}.ranks"),
+        timeout_s=v.positive_number(block.get("timeout_s"), f"{key}.timeout_s",
+                                    hook.timeout_s),
+        key=f"{key}.cmd" if cmd is not None else ""))
 
 
 def check_options(draft: Draft) -> None:

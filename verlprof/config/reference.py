@@ -110,6 +110,9 @@ NOTES: Dict[str, Notes] = {
     "TorchProfilerConfig.with_stack": Notes(
         global_profiler="`stack` in a torch `contents` list"),
     "TorchProfilerConfig.cuda": Notes(global_profiler="`cuda` in a torch `contents` list"),
+    "FinishHookConfig.cmd": Notes(global_profiler="`global_profiler.finish_hook_cmd`"),
+    "FinishHookConfig.all_ranks": Notes(global_profiler="`global_profiler.finish_hook_all_ranks`"),
+    "FinishHookConfig.ranks": Notes(global_profiler="`global_profiler.finish_hook_ranks`"),
 }
 """Schema field (``Class.field``) → how verl's layouts and NeMo RL spell it (only fields that
 have another spelling or a default that depends on the run)."""
@@ -129,6 +132,9 @@ SECTIONS: Tuple[Tuple[str, str, str], ...] = (
      "warning."),
     ("TorchProfilerConfig", "PyTorch profiler (`tool: torch`)", ""),
     ("RocprofSysConfig", "rocprof-sys (`tool: rocprof_sys`)", ""),
+    ("FinishHookConfig", "Finish hook",
+     "Runs once the reports are gathered; verl 0.9.1's `global_profiler.finish_hook_*` keys set "
+     "the same fields."),
 )
 """Dataclasses rendered as sections, in order, with a title and an introduction."""
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
-from verlprof.records import OnRankFailure, Tool, Trigger
+from verlprof.records import OnRankFailure, Tool, Trigger, VerlRelease
 
 OptionValue = Union[str, int, float, bool, None]
 
@@ -162,6 +162,32 @@ class RocprofSysConfig:
 
 
 @dataclass(frozen=True)
+class FinishHookConfig:
+    """A command run once at the end of the run, after every report is gathered (verl's
+    ``global_profiler.finish_hook_cmd``), typically to upload the output directory."""
+
+    cmd: Optional[str] = None
+    """Shell command, run as ``/bin/sh -c CMD`` once ``manifest.json`` is written. Its
+    environment adds ``VERLPROF_OUTPUT_DIR`` and ``VERL_PROFILE_SAVE_PATH`` (the output
+    directory), ``VERLPROF_MANIFEST`` and ``VERL_PROFILE_TOOL``. Its exit status and the tail of
+    its output go into the manifest; a failing hook loses no report. ``null``: no hook."""
+
+    all_ranks: bool = False
+    """Run it on the node of every profiled process (once per process, with
+    ``VERL_PROFILE_RANK``) instead of once on the controller's host."""
+
+    ranks: Tuple[int, ...] = ()
+    """Run it on the nodes of the profiled processes with these ranks instead of on the
+    controller's host. Empty (and ``all_ranks`` false): the controller's host."""
+
+    timeout_s: float = 600.0
+    """Seconds the command may run before it is killed (and recorded as failed)."""
+
+    key: str = field(default="", metadata=SET_BY_LOADER)
+    """Full key the command was read from (set by the loader, for messages)."""
+
+
+@dataclass(frozen=True)
 class ProfilingConfig:
     """Everything verlprof needs to plan a profiled run, from any supported layout."""
 
@@ -211,9 +237,16 @@ class ProfilingConfig:
     reports missing with the reason and goes on training; ``raise`` stops every other window
     and raises ``ProfilingRuntimeError`` naming the rank at the step boundary."""
 
+    finish_hook: FinishHookConfig = field(default_factory=FinishHookConfig)
+    """A command run once after every report is gathered."""
+
     source: str = field(default="seed", metadata=SET_BY_LOADER)
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,
     ``nemo_env`` (recorded in the manifest)."""
+
+    verl_release: Optional[VerlRelease] = field(default=None, metadata=SET_BY_LOADER)
+    """The verl release whose keys a verl-layout config uses, recognised from the keys present
+    (None for the seed layout); it decides that release's semantics."""
 
     @property
     def active(self) -> bool:

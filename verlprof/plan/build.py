@@ -20,13 +20,14 @@ from verlprof.plan.model import (
     PHASE_ORDER,
     ROLE_PHASES,
     ControllerPlan,
+    FinishHookPlan,
     ProcessPlan,
     ProfilePlan,
     Report,
     RunPolicy,
     Window,
 )
-from verlprof.records import Mode, StepWindow
+from verlprof.records import Mode, StepWindow, Target
 
 
 def group_step_windows(steps: Tuple[int, ...], continuous: bool) -> Tuple[Tuple[int, ...], ...]:
@@ -59,10 +60,11 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
             for rank in range(group.world_size):
                 selecting = tuple(r for r in group.roles
                                   if _selects(config.components.get(r), rank))
-                if selecting:
+                if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
                     processes.append(_process_plan(config, topology, backend, group, rank,
                                                    selecting, mode, windows, warnings))
         controller = _controller_plan(config, topology, backend, windows, warnings)
+    hook = _finish_hook(config, processes, warnings) if config.active else None
     return ProfilePlan(
         enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
@@ -71,7 +73,40 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         controller_options_key=config.nsys.controller_options_key,
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
                          rpc_timeout_s=config.rpc_timeout_s,
-                         finalize_timeout_s=config.finalize_timeout_s))
+                         finalize_timeout_s=config.finalize_timeout_s),
+        finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release)
+
+
+def _has_windows(config: ProfilingConfig, roles: Tuple[str, ...], mode: Mode,
+                 group: GroupTopology, rank: int, warnings: List[str]) -> bool:
+    """A discrete process opens a window per phase call of its selecting roles: with no such
+    phase it would wait for a capture that never comes (nsys needs repeat:N >= 1)."""
+    if mode != "discrete" or any(_phases(config, role) for role in roles):
+        return True
+    keys = ", ".join(config.components.get(r).ranks_key or r for r in roles)
+    warnings.append(f"{keys}: {group.name} rank {rank} is selected in discrete mode, but no "
+                    f"method of {', '.join(roles)} opens a window (no annotated phase; set "
+                    "trainer.profiler.phases), so it is not profiled")
+    return False
+
+
+def _finish_hook(config: ProfilingConfig, processes: List[ProcessPlan],
+                 warnings: List[str]) -> Optional[FinishHookPlan]:
+    hook = config.finish_hook
+    if hook.cmd is None:
+        return None
+    key = hook.key or "trainer.profiler.finish_hook.cmd"
+    targets: Tuple[Target, ...] = ()
+    if hook.all_ranks:
+        targets = tuple((p.group, p.rank) for p in processes)
+    elif hook.ranks:
+        targets = tuple((p.group, p.rank) for p in processes if p.rank in hook.ranks)
+        missing = sorted(set(hook.ranks) - {p.rank for p in processes})
+        if missing:
+            warnings.append(f"{key}: rank(s) {missing} named for the finish hook have no "
+                            "profiled process; the hook runs where verlprof profiles"
+                            + ("" if targets else ": on the controller's host"))
+    return FinishHookPlan(cmd=hook.cmd, targets=targets, timeout_s=hook.timeout_s, key=key)
 
 
 def _selects(component: ComponentConfig, rank: int) -> bool:

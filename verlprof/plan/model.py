@@ -13,8 +13,16 @@ from typing import Any, Dict, Optional, Tuple
 
 import dacite
 
-from verlprof.config.topology import GroupTopology
-from verlprof.records import Mode, OnRankFailure, ReportIdentity, StepWindow, Tool
+from verlprof.config.topology import GroupTopology, UnprofiledGroup
+from verlprof.records import (
+    Mode,
+    OnRankFailure,
+    ReportIdentity,
+    StepWindow,
+    Target,
+    Tool,
+    VerlRelease,
+)
 
 ROLE_PHASES: Dict[str, Tuple[str, ...]] = {
     "rollout": ("generate_sequences",),
@@ -26,7 +34,8 @@ ROLE_PHASES: Dict[str, Tuple[str, ...]] = {
 """Annotated phases of each role in a PPO step (``trainer.profiler.phases`` overrides)."""
 
 PHASE_ORDER = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob",
-               "compute_values", "compute_rm_score", "update_critic", "update_actor")
+               "compute_values", "compute_rm_score", "update_critic", "train_batch",
+               "update_actor")
 """The order phases run in within a PPO step (plan listings follow it)."""
 
 
@@ -112,6 +121,20 @@ class ControllerPlan:
 
 
 @dataclass(frozen=True)
+class FinishHookPlan:
+    """The command the controller runs once every report is gathered (``finish_hook``)."""
+
+    cmd: str
+    """Shell command (``/bin/sh -c``)."""
+    targets: Tuple[Target, ...] = ()
+    """Profiled processes on whose nodes it runs, once each; empty: the controller's host."""
+    timeout_s: float = 600.0
+    """Seconds it may run before it is killed."""
+    key: str = "trainer.profiler.finish_hook.cmd"
+    """Config key of the command (named by messages about it)."""
+
+
+@dataclass(frozen=True)
 class ProfilePlan:
     """Everything that will be profiled, decided before the run starts."""
 
@@ -139,6 +162,12 @@ class ProfilePlan:
     """Config key of the controller's launch options (named by errors about its command)."""
     policy: RunPolicy = field(default_factory=RunPolicy)
     """How the controller behaves under faults (from ``trainer.profiler``)."""
+    finish_hook: Optional[FinishHookPlan] = None
+    """Run once after every report is gathered (None: no hook)."""
+    unprofiled: Tuple[UnprofiledGroup, ...] = ()
+    """Processes of the run that no setting can profile, with the reason."""
+    verl_release: Optional[VerlRelease] = None
+    """The verl release whose keys the config uses (None: not a verl layout)."""
 
     @property
     def steps(self) -> Tuple[int, ...]:

@@ -25,16 +25,36 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print("[bold]Profiling is off[/]: no rank of any component is selected.")
     else:
         windows = ", ".join(f"[{_steps_text(w)}]" for w in plan.step_windows)
-        console.print(f"[bold]verlprof plan[/] tool={plan.tool} source={plan.source}")
+        release = f" verl={plan.verl_release}" if plan.verl_release else ""
+        console.print(f"[bold]verlprof plan[/] tool={plan.tool} source={plan.source}{release}")
         console.print(f"  steps: {windows}  ({len(plan.step_windows)} window(s))")
         console.print(f"  output_dir: {plan.output_dir}")
         console.print(_ranks_table(plan))
         _print_commands(plan, console)
         console.print(_files_table(plan))
+    for line in unprofiled_lines(plan) + finish_hook_lines(plan):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     for line in next_steps(plan):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def unprofiled_lines(plan: ProfilePlan) -> List[str]:
+    """One line per process group of the run that no setting can profile (never an error)."""
+    return [f"{g.name} ({g.description}, {g.world_size} ranks): present, not profiled: "
+            f"{g.reason}" for g in plan.unprofiled]
+
+
+def finish_hook_lines(plan: ProfilePlan) -> List[str]:
+    """Where and what the finish hook runs, once every report is gathered."""
+    hook = plan.finish_hook
+    if hook is None:
+        return []
+    where = ("on the controller's host" if not hook.targets else "on the nodes of "
+             + ", ".join(f"{group} rank {rank}" for group, rank in hook.targets))
+    return [f"finish hook ({hook.key}), after every report is gathered, {where}: "
+            f"/bin/sh -c {shlex.quote(hook.cmd)} (timeout {hook.timeout_s:g}s)"]
 
 
 def next_steps(plan: ProfilePlan) -> List[str]:

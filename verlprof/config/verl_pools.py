@@ -1,0 +1,181 @@
+"""The topology of a verl config: verl's resource pools, one process per GPU.
+
+verl fuses every role of a resource pool into one process per GPU
+(``create_colocated_worker_cls``), so a verl run's worker groups are its pools, not its roles:
+
+``global_pool`` (``trainer.nnodes * trainer.n_gpus_per_node`` ranks)
+    actor and rollout; ref when verl uses a reference policy (``algorithm.use_kl_in_reward``
+    or ``actor_rollout_ref.actor.use_kl_loss``); critic when verl uses one (``critic.enable``
+    when set, else ``algorithm.adv_estimator == gae``); the reward model when it is a verl worker
+    group living there (0.4.1 to 0.6.0, and 0.7.0 without its reward loop).
+``reward_pool`` (roles: rm)
+    when the reward model has a pool of its own: ``reward_model.enable_resource_pool`` (0.6.0,
+    0.7.0) or ``reward.reward_model.enable_resource_pool`` (0.8.0+), sized by that block.
+``teacher_pool``
+    the distillation teacher (0.8.0+, ``distillation.enabled``): verl serves it, so it is
+    listed as present and not profiled.
+
+From 0.8.0 the reward model is read from ``reward.reward_model``, or from the legacy top-level
+``reward_model`` block where that is set (verl 0.8.0 migrates it); both set to different values
+is an error naming both keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from verlprof.config import validate as v
+from verlprof.config.topology import GroupTopology, Topology, UnprofiledGroup, device_is_cuda
+from verlprof.config.verl_release import VerlTraits
+from verlprof.errors import ConfigError
+
+GLOBAL_POOL = "global_pool"
+REWARD_POOL = "reward_pool"
+TEACHER_POOL = "teacher_pool"
+
+RM_KEYS: Tuple[str, ...] = ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")
+"""The reward model's keys that decide its pool, in ``reward.reward_model`` (0.8.0+) and in
+the legacy ``reward_model`` block."""
+
+RM_DEFAULTS: Dict[str, Any] = {"enable": False, "enable_resource_pool": False,
+                               "n_gpus_per_node": 8, "nnodes": 0}
+"""verl 0.8.0+'s defaults of ``reward.reward_model`` (a value equal to them was not set)."""
+
+@dataclass(frozen=True)
+class RewardModelPlace:
+    """Where verl puts an enabled reward model."""
+
+    own_pool: bool
+    """In ``reward_pool`` (else on ``global_pool``'s GPUs)."""
+    size: int = 0
+    """``reward_pool``'s ranks (0 when it has no pool of its own)."""
+
+
+_SERVED = "verl serves it from LLM inference servers outside its worker groups, and no " \
+          "verl profiler block selects it"
+
+
+def topology(raw: Mapping[Any, Any], traits: VerlTraits) -> Topology:
+    """The pools of ``raw`` (a resolved verl config) under ``traits``' release."""
+    trainer = _section(raw, "trainer")
+    cuda = device_is_cuda(trainer)
+    arr = _section(raw, "actor_rollout_ref")
+    hybrid = arr.get("hybrid_engine", True)
+    if not isinstance(hybrid, bool):
+        raise ConfigError("actor_rollout_ref.hybrid_engine", f"must be true or false, got "
+                                                            f"{v.show(hybrid)}")
+    if not hybrid and not traits.at_least("0.9.0"):
+        raise ConfigError("actor_rollout_ref.hybrid_engine", f"false is not supported by verl "
+                                                            f"{traits.release}: its trainer "
+                                                            "asserts the hybrid engine")
+    roles: List[str] = ["actor", "rollout"]
+    algorithm = _section(raw, "algorithm")
+    if _flag(algorithm, "use_kl_in_reward", "algorithm") or _flag(
+            _section(arr, "actor"), "use_kl_loss", "actor_rollout_ref.actor"):
+        roles.append("ref")
+    if _uses_critic(raw):
+        roles.append("critic")
+    rm = _reward_model(raw, traits)
+    unprofiled: List[UnprofiledGroup] = []
+    groups = []
+    if rm is not None and not rm.own_pool and not traits.rm_served:
+        roles.append("rm")
+    elif rm is not None and not rm.own_pool:
+        unprofiled.append(UnprofiledGroup(
+            name="reward_model", description="reward model, on global_pool's GPUs",
+            world_size=_pool_size(trainer, "trainer", 1), reason=_SERVED))
+    groups.append(GroupTopology(GLOBAL_POOL, tuple(roles), _pool_size(trainer, "trainer", 1)))
+    if rm is not None and rm.own_pool:
+        groups.append(GroupTopology(REWARD_POOL, ("rm",), rm.size))
+    distillation = raw.get("distillation")
+    if isinstance(distillation, Mapping) and _flag(distillation, "enabled", "distillation"):
+        size = _required_size(distillation, "distillation", "distillation.enabled")
+        unprofiled.append(UnprofiledGroup(name=TEACHER_POOL, description="distillation teacher",
+                                          world_size=size, reason=_SERVED))
+    return Topology(tuple(groups), cuda=cuda, unprofiled=tuple(unprofiled))
+
+
+def _uses_critic(raw: Mapping[Any, Any]) -> bool:
+    """verl's ``need_critic``: ``critic.enable`` when not null, else GAE advantages."""
+    enable = _section(raw, "critic").get("enable")
+    if enable is not None:
+        return v.boolean(enable, "critic.enable")
+    estimator = _section(raw, "algorithm").get("adv_estimator", "gae")
+    return estimator == "gae"
+
+
+def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits) -> Optional[RewardModelPlace]:
+    """Where the reward model runs, or None when it is off."""
+    if traits.at_least("0.8.0"):
+        values, keys = _rm_from_both(raw)
+    else:
+        block = _section(raw, "reward_model")
+        values = {k: block.get(k) for k in RM_KEYS}
+        keys = {k: f"reward_model.{k}" for k in RM_KEYS}
+    if not v.boolean(values["enable"], keys["enable"]):
+        return None
+    own_pool = traits.at_least("0.6.0") and v.boolean(values["enable_resource_pool"],
+                                                      keys["enable_resource_pool"])
+    if not own_pool:
+        return RewardModelPlace(own_pool=False)
+    size = 1
+    for name in ("nnodes", "n_gpus_per_node"):
+        value = values[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(keys[name], f"must be a positive int when "
+                                          f"{keys['enable_resource_pool']} is true (verl sizes "
+                                          f"reward_pool with it), got {v.show(value)}")
+        size *= value
+    return RewardModelPlace(own_pool=True, size=size)
+
+
+def _rm_from_both(raw: Mapping[Any, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """0.8.0+: ``reward.reward_model``, overridden by the legacy ``reward_model`` where set."""
+    new = _section(_section(raw, "reward"), "reward_model")
+    legacy = _section(raw, "reward_model")
+    values, keys = {}, {}
+    for name in RM_KEYS:
+        new_value, old_value = new.get(name, RM_DEFAULTS[name]), legacy.get(name)
+        if old_value is None:
+            values[name], keys[name] = new_value, f"reward.reward_model.{name}"
+            continue
+        if new_value != old_value and new_value != RM_DEFAULTS[name]:
+            raise ConfigError(f"reward_model.{name}", f"is {v.show(old_value)} but "
+                                                      f"reward.reward_model.{name} is "
+                                                      f"{v.show(new_value)}; set only "
+                                                      f"reward.reward_model.{name} (the legacy "
+                                                      "reward_model block is for old configs)")
+        values[name], keys[name] = old_value, f"reward_model.{name}"
+    return values, keys
+
+
+def _required_size(block: Mapping[Any, Any], prefix: str, because: str) -> int:
+    size = 1
+    for name in ("nnodes", "n_gpus_per_node"):
+        value = block.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{prefix}.{name}", f"must be a positive int when {because} is "
+                                                  f"true, got {v.show(value)}")
+        size *= value
+    return size
+
+
+def _pool_size(block: Mapping[Any, Any], prefix: str, default: int) -> int:
+    """``nnodes * n_gpus_per_node``; a missing one counts as ``default``."""
+    size = 1
+    for name in ("nnodes", "n_gpus_per_node"):
+        value = block.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{prefix}.{name}", f"must be a positive int, got {v.show(value)}")
+        size *= value
+    return size
+
+
+def _flag(block: Mapping[Any, Any], name: str, prefix: str) -> bool:
+    return v.boolean(block.get(name), f"{prefix}.{name}")
+
+
+def _section(node: Any, key: str) -> Mapping[Any, Any]:
+    value = node.get(key) if isinstance(node, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
