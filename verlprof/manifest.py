@@ -103,6 +103,26 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True)
+class HookRun:
+    """One run of the finish hook (``finish_hook.cmd``, verl's ``finish_hook_cmd``)."""
+
+    cmd: str
+    """The shell command."""
+    where: str
+    """``controller`` or ``<group> rank <R>`` (it ran on that process's node)."""
+    host: str = ""
+    """Host it ran on."""
+    exit_status: Optional[int] = None
+    """Its exit status; None when it did not finish (timed out, could not start)."""
+    output_tail: str = ""
+    """The last characters of its standard output and error, interleaved."""
+    duration_s: float = 0.0
+    """Seconds it ran."""
+    error: Optional[str] = None
+    """Why it failed, one line (None when it exited with status 0)."""
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything collected in one run."""
 
@@ -130,6 +150,11 @@ class Manifest:
     """Manifest format version."""
     verlprof_version: str = ""
     """verlprof version that wrote it."""
+    finish_hook: Tuple[HookRun, ...] = ()
+    """The finish hook's runs, once each report was gathered (manifests before this field, or
+    runs without a hook: empty)."""
+    verl_release: Optional[str] = None
+    """The verl release whose config keys the run used (None: not a verl layout)."""
 
     def by_status(self, status: Status) -> List[ReportEntry]:
         """Entries with ``status``."""

@@ -30,6 +30,7 @@ What happens under faults (docs/reliability.md, proved by tests/faults/):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
@@ -41,7 +42,7 @@ from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan.model import FinishHookPlan, ProfilePlan
 from verlprof.records import (
     ON_RANK_FAILURE,
     OnRankFailure,
@@ -51,6 +52,7 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
+from verlprof.runtime import finish_hook
 from verlprof.runtime.collect import move_all, partial_reports, unreachable_reports
 from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
@@ -96,6 +98,7 @@ class ProfileController:
                                    else finalize_timeout_s)
         self.on_rank_failure: OnRankFailure = on_rank_failure
         self.handle_signals = handle_signals
+        self.echo = echo
         self.host, self.pid = socket.gethostname(), os.getpid()
         timeout = policy.rpc_timeout_s if rpc_timeout_s is None else rpc_timeout_s
         self._rpc: RankRPC = RankCalls(timeout) if rpc is None else rpc
@@ -273,15 +276,32 @@ class ProfileController:
                 items.extend(unreachable_reports(plans[target], where, reason))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
             entries += self._controller.collect(timeout, local_node)
-            manifest = self._manifest(entries)
-            try:
-                write_manifest(manifest, self.plan.output_dir)
-            except OSError as err:
-                raise ProfilingRuntimeError(
-                    f"cannot write {paths.MANIFEST_NAME} to {self.plan.output_dir}: "
-                    f"{err.strerror or err}") from None
+            manifest = self._write(self._manifest(entries))
+            if self.plan.finish_hook is not None:
+                manifest = self._run_finish_hook(manifest, self.plan.finish_hook)
             self._finalized = manifest
         return manifest
+
+    def _write(self, manifest: Manifest) -> Manifest:
+        try:
+            write_manifest(manifest, self.plan.output_dir)
+        except OSError as err:
+            raise ProfilingRuntimeError(
+                f"cannot write {paths.MANIFEST_NAME} to {self.plan.output_dir}: "
+                f"{err.strerror or err}") from None
+        return manifest
+
+    def _run_finish_hook(self, manifest: Manifest, hook: FinishHookPlan) -> Manifest:
+        """The hook sees every gathered report and the manifest listing them; its runs (and
+        a failure, in one line) then go into the manifest, written again."""
+        runs = finish_hook.run_finish_hook(hook, self.plan.output_dir, self.plan.tool,
+                                           self._identity)
+        problems = finish_hook.problems(hook, runs)
+        finish_hook.report(problems, self.echo)
+        self._warnings.extend(problems)
+        return self._write(dataclasses.replace(
+            manifest, finish_hook=tuple(runs),
+            warnings=tuple(dict.fromkeys(manifest.warnings + tuple(problems)))))
 
     def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
         """Call after the workers have exited, before ``ray.shutdown()``: waits until each
@@ -334,6 +354,7 @@ class ProfileController:
                                    node_id=node_id(), under_profiler=self._controller.attached),
             processes=processes, groups={g.name: g.world_size for g in self.plan.groups},
             source=self.plan.source, warnings=tuple(dict.fromkeys(self._warnings)),
+            verl_release=self.plan.verl_release,
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             verlprof_version=__version__)
 

@@ -46,7 +46,7 @@ def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> Lis
 
     if not pids_by_node:
         return []
-    refs = [_on_node(settle_profilers, node).remote(pids, timeout_s)
+    refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s)
             for node, pids in pids_by_node.items()]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
     problems = [line for result in ray.get(ready) for line in result]
@@ -60,11 +60,12 @@ def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0)
 
     if not node_id or node_id == this_node_id():
         return send_signal(pid, signum)
-    ready, _ = ray.wait([_on_node(send_signal, node_id).remote(pid, signum)], timeout=timeout_s)
+    ready, _ = ray.wait([task_on_node(send_signal, node_id).remote(pid, signum)],
+                        timeout=timeout_s)
     return bool(ready) and bool(ray.get(ready[0]))
 
 
-def _on_node(func, node_id: str):
+def task_on_node(func, node_id: str):
     """``func`` as a Ray task pinned to ``node_id`` (anywhere when empty), with an explicit
     interpreter: a task inherits its creator's runtime_env, and the controller may itself run
     under nsys."""
@@ -79,4 +80,4 @@ def _on_node(func, node_id: str):
     return ray.remote(num_cpus=0)(func).options(**options)
 
 
-__all__ = ["alive", "settle_profilers", "settle_on_nodes", "signal_on_node"]
+__all__ = ["alive", "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]
