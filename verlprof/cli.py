@@ -10,6 +10,7 @@ import sys
 from typing import List, Optional
 
 from verlprof.errors import ConfigError, ProfilingRuntimeError
+from verlprof.safe_text import visible
 
 EXIT_USAGE = 2
 
@@ -101,11 +102,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _one_line(err: BaseException) -> str:
-    """The error's own message: one raised in a Ray worker carries a traceback around it."""
+    """The error's own message: one raised in a Ray worker carries a traceback around it.
+    It may quote a name or value from the config: shown visibly, never as terminal codes."""
     cause = getattr(err, "cause", None)
     if isinstance(cause, (ConfigError, ProfilingRuntimeError)):
         err = cause
-    return " ".join(str(err).split())
+    return visible(" ".join(str(err).split()))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -118,7 +120,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         warnings = list(dict.fromkeys(list(loaded.warnings) + list(plan.warnings)))
         if args.command == "check":
             for warning in warnings:
-                print(f"verlprof: warning: {warning}", file=sys.stderr)
+                print(f"verlprof: warning: {visible(warning)}", file=sys.stderr)
             print(f"verlprof: {args.config}: ok ({len(plan.reports)} report(s) planned)")
             return 0
         if args.json:
@@ -129,7 +131,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         render_plan(plan)
         for warning in loaded.warnings:
             if warning not in plan.warnings:
-                print(f"warning: {warning}")
+                print(f"warning: {visible(warning)}")
         return 0
     if args.command == "report":
         from verlprof.report.cli import run_report_command

@@ -185,12 +185,13 @@ NODE_DOM_STUB = r"""
 const html = require("fs").readFileSync(process.argv[1], "utf8");
 const script = html.split("<script>")[1].split("</script>")[0];
 function mk(tag) {
-  return {tag, attrs: {}, children: [], innerHTML: "", textContent: "", value: "1",
+  return {tag, attrs: {}, children: [], style: {}, textContent: "", value: "1",
     clientWidth: 1200, setAttribute(k, v) { this.attrs[k] = v; },
     appendChild(c) { this.children.push(c); }, addEventListener() {}};
 }
 const els = {};
-global.document = {createElementNS: (ns, tag) => mk(tag),
+global.document = {createElementNS: (ns, tag) => mk(tag), createElement: mk,
+  createTextNode: text => ({text}),
   getElementById: id => els[id] || (els[id] = mk(id))};
 global.window = {addEventListener() {}};
 eval(script);

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from verlprof.report.stragglers import DEFAULT_MIN_EXCESS_MS, DEFAULT_THRESHOLD
+from verlprof.safe_text import visible
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -80,10 +81,11 @@ def run_report_command(args: argparse.Namespace) -> int:
         if "no manifest here" in str(err):
             hint = (" (the manifest is written when the run ends: pass the output_dir that "
                     "verlprof plan or the demo printed)")
-        print(f"verlprof: report: {err}{hint}", file=sys.stderr)
+        print(f"verlprof: report: {visible(str(err))}{hint}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the summary directory cannot be written
-        print(f"verlprof: report: cannot write the summary: {err}", file=sys.stderr)
+        print(f"verlprof: report: cannot write the summary: {visible(str(err))}",
+              file=sys.stderr)
         return 1
     return EXIT_OK
 

@@ -1,21 +1,36 @@
-"""The summary in the terminal (rich): per-step tables, stragglers, problems, written files."""
+"""The summary in the terminal (rich): per-step tables, stragglers, problems, written files.
+
+Names, paths, hosts and reasons are data (:mod:`verlprof.safe_text`): they reach rich only as
+``Text`` of their :func:`~verlprof.safe_text.visible` form, never as markup, so a range named
+``attn[mask]`` or ``[/]`` prints as written and an escape sequence in a name is shown, not
+sent to the terminal.
+"""
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, step_tables
 from verlprof.report.next_steps import next_steps
+from verlprof.safe_text import visible
+
+
+def _line(console: Console, text: str, style: Optional[str] = None,
+          lead: Optional[Text] = None) -> None:
+    """One line of data: visible, never markup or highlighting; after ``lead`` (ours)."""
+    line = Text(visible(text), style=style or "")
+    console.print(Text.assemble(lead, line) if lead is not None else line, soft_wrap=True)
 
 
 def print_summary(summary: Summary, console: Console) -> None:
     s = summary
     if not s.records:
-        console.print("[yellow]no phase ranges found in any report[/yellow]")
+        console.print(Text("no phase ranges found in any report", style="yellow"))
     tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps)
     if tables and _width(tables[0]) > console.width:
         tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=False)
@@ -30,37 +45,40 @@ def print_summary(summary: Summary, console: Console) -> None:
                              min_width=widths[i] if numeric else None,
                              max_width=None if numeric else text_max[i])
         for line in st.rows:
-            table.add_row(*[f"[bold red]{c.text}[/bold red]" if c.flagged else c.text
+            table.add_row(*[Text(visible(c.text), style="bold red" if c.flagged else "")
                             for c in line])
         console.print(table)
     if s.stragglers:
-        console.print(f"[bold red]stragglers[/bold red] (> {s.threshold:g}× the other ranks' "
-                      f"median and ≥ {s.min_excess_ms:g} ms slower):")
+        console.print(Text.assemble(("stragglers", "bold red"),
+                                    f" (> {s.threshold:g}× the other ranks' median and ≥ "
+                                    f"{s.min_excess_ms:g} ms slower):"))
         for x in s.stragglers:
-            console.print(f"  step {x.step} {x.group} {x.name}: rank {x.rank}"
-                          f"{' on ' + x.host if x.host else ''} {ms(x.duration_ns)} ms vs "
-                          f"{ms(x.others_median_ns)} ms ({x.ratio:.2f}×)", highlight=False,
-                          markup=False)
+            _line(console, f"  step {x.step} {x.group} {x.name}: rank {x.rank}"
+                  f"{' on ' + x.host if x.host else ''} {ms(x.duration_ns)} ms vs "
+                  f"{ms(x.others_median_ns)} ms ({x.ratio:.2f}×)")
     elif s.records:
-        console.print(f"no stragglers (threshold {s.threshold:g}×, min excess "
-                      f"{s.min_excess_ms:g} ms)", highlight=False)
+        _line(console, f"no stragglers (threshold {s.threshold:g}×, min excess "
+              f"{s.min_excess_ms:g} ms)")
     if s.missing:
-        console.print(f"[bold yellow]{len(s.missing)} report(s) missing, incomplete or "
-                      "unreadable:[/bold yellow]")
+        console.print(Text(f"{len(s.missing)} report(s) missing, incomplete or unreadable:",
+                           style="bold yellow"))
         for p in s.missing:
             steps = ",".join(map(str, p.steps))
-            console.print(f"  {p.kind}: step {steps} {p.group} rank {p.rank} {p.component} "
-                          f"({p.path}): {p.reason}", highlight=False, markup=False)
+            _line(console, f"  {p.kind}: step {steps} {p.group} rank {p.rank} {p.component} "
+                  f"({p.path}): {p.reason}")
+    for warning in s.warnings:
+        _line(console, warning, lead=Text("warning: ", style="yellow"))
     for note in s.notes:
-        console.print(f"note: {note}", highlight=False, markup=False)
+        _line(console, f"note: {note}")
     for name, path in s.paths.items():
-        console.print(f"{name}: {path}", highlight=False, markup=False)
-    for hint in next_steps(s):
-        console.print(hint, highlight=False, markup=False, soft_wrap=True)
+        _line(console, f"{name}: {path}")
+    for hint in next_steps(s):  # its paths are already shell words (safe_text.shell_quote)
+        _line(console, hint)
 
 
 def _widths(st: StepTable) -> List[int]:
-    return [max([len(h)] + [len(line[i].text) for line in st.rows])
+    """Characters each column needs: the visible form of its cells, as printed."""
+    return [max([len(h)] + [len(visible(line[i].text)) for line in st.rows])
             for i, h in enumerate(st.header)]
 
 

@@ -1,5 +1,10 @@
 """``summary/summary.csv`` (long form, one row per step/group/rank/role/phase) and
 ``summary/summary.md`` (per-step tables, stragglers, missing and unreadable reports).
+
+Names, hosts, paths and reasons are data (:mod:`verlprof.safe_text`): every CSV cell goes
+through :func:`~verlprof.safe_text.csv_cell` (no cell a spreadsheet evaluates; the raw value
+is one leading ``'`` away), every Markdown cell and line through
+:func:`~verlprof.safe_text.md_text` (no table split, code span, link or HTML from a name).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, step_tables
+from verlprof.safe_text import csv_cell, md_text
 
 CSV_NAME = "summary.csv"
 MD_NAME = "summary.md"
@@ -28,11 +34,11 @@ def _opt_ms(ns: Optional[int]) -> str:
 
 def write_csv(summary: Summary, path: str) -> str:
     flagged = {(s.step, s.group, s.role, s.phase, s.rank) for s in summary.stragglers}
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_COLUMNS)
         for row in summary.rows:
-            writer.writerow([
+            writer.writerow(csv_cell(cell) for cell in [
                 row.step, row.group, row.rank, row.role, row.phase, row.calls,
                 f"{row.duration_ns / 1e6:.3f}", row.duration_ns,
                 f"{(row.start_ns - summary.t0_ns) / 1e9:.6f}",
@@ -43,21 +49,26 @@ def write_csv(summary: Summary, path: str) -> str:
     return path
 
 
-def _md_escape(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+class _Md(str):
+    """A cell that is Markdown already (ours, its data escaped): not escaped again."""
+
+
+def _md_cell(value: object) -> str:
+    return value if isinstance(value, _Md) else md_text(value)
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[object]],
               numeric: Sequence[int] = ()) -> List[str]:
     align = ["---:" if i in numeric else "---" for i in range(len(header))]
-    out = ["| " + " | ".join(_md_escape(h) for h in header) + " |",
+    out = ["| " + " | ".join(_md_cell(h) for h in header) + " |",
            "| " + " | ".join(align) + " |"]
-    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return out
 
 
 def _md_step(table: StepTable) -> List[str]:
-    rows = [[f"**{c.text}**" if c.flagged else c.text for c in line] for line in table.rows]
+    rows = [[_Md(f"**{md_text(c.text)}**") if c.flagged else c.text for c in line]
+            for line in table.rows]
     numeric = range(table.numeric_from, len(table.header))
     return [f"### {table.title}", ""] + _md_table(table.header, rows, numeric) + [""]
 
@@ -68,9 +79,9 @@ def render_md(summary: Summary) -> str:
     for entry in s.manifest.reports:
         counts[entry.status] = counts.get(entry.status, 0) + 1
     lines = ["# verlprof summary", "",
-             f"- output dir: `{s.output_dir}`",
-             f"- tool: {s.manifest.tool}; reports: {len(s.manifest.reports)} "
-             f"({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))})",
+             f"- output dir: {md_text(s.output_dir)}",
+             f"- tool: {md_text(s.manifest.tool)}; reports: {len(s.manifest.reports)} "
+             f"({md_text(', '.join(f'{n} {k}' for k, n in sorted(counts.items())))})",
              f"- phase records: {len(s.records)}; times in ms unless noted", ""]
     if s.steps:
         lines += ["## Steps", ""]
@@ -97,12 +108,14 @@ def render_md(summary: Summary) -> str:
     if s.missing:
         lines += _md_table(
             ["status", "steps", "group", "rank", "component", "path", "reason"],
-            [[p.kind, ",".join(map(str, p.steps)), p.group, p.rank, p.component, f"`{p.path}`",
+            [[p.kind, ",".join(map(str, p.steps)), p.group, p.rank, p.component, p.path,
               p.reason] for p in s.missing])
     else:
         lines.append("None: every expected report was read.")
+    if s.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {md_text(w)}" for w in s.warnings]
     if s.notes:
-        lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in s.notes]
+        lines += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in s.notes]
     pictures = [name for name in ("timeline.png", "timeline.html") if name in s.paths]
     if pictures:
         lines += ["", "## Timeline", ""]
@@ -116,7 +129,7 @@ def render_md(summary: Summary) -> str:
 def write_md(summary: Summary, path: str) -> str:
     text = render_md(summary)
     tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
+    with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
     return path

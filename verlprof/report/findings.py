@@ -37,3 +37,5 @@ class Summary:
     paths: Dict[str, str] = field(default_factory=dict)
     """Written files: ``summary.csv``, ``summary.md``, ``timeline.png``, ``timeline.html``."""
     read_seconds: float = 0.0
+    warnings: Tuple[str, ...] = ()
+    """Range names that cannot be shown, and their stand-ins (printed as warnings)."""

@@ -51,6 +51,7 @@ from verlprof.report.model import (
     StepSpan,
     Window,
 )
+from verlprof.report.names import entries_with_stand_ins, records_with_stand_ins
 from verlprof.report.progress import Progress
 
 STEP_PREFIX = "step/"
@@ -166,7 +167,8 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     :class:`~verlprof.report.progress.Progress` on stderr, one step per report read."""
     problems: List[Problem] = []
     tasks: List[ReadTask] = []
-    for index, entry in enumerate(manifest.reports):
+    entries, warnings = entries_with_stand_ins(manifest.reports)
+    for index, entry in enumerate(entries):
         if entry.status == STATUS_MISSING:
             problems.append(_problem(PROBLEM_MISSING, entry, entry.reason or "no report"))
             continue
@@ -201,12 +203,14 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:
         if data.error:  # paths relative to output_dir: the row already says which report
-            problems.append(_problem(PROBLEM_UNREADABLE, manifest.reports[data.index],
+            problems.append(_problem(PROBLEM_UNREADABLE, entries[data.index],
                                      data.error.replace(root, "")))
     good = [d for d in datas if not d.error]
-    records, steps, windows, notes = normalise(manifest.reports, good)
+    records, steps, windows, notes = normalise(entries, good)
+    records, name_warnings = records_with_stand_ins(records)
     return LoadResult(records=tuple(records), steps=tuple(steps), windows=tuple(windows),
-                      problems=tuple(problems), notes=tuple(notes), read_seconds=seconds)
+                      problems=tuple(problems), notes=tuple(notes), read_seconds=seconds,
+                      warnings=tuple(warnings + name_warnings))
 
 
 def normalise(entries: Sequence[ReportEntry], datas: Sequence[ReportData]
@@ -240,11 +244,12 @@ def normalise(entries: Sequence[ReportEntry], datas: Sequence[ReportData]
 
 
 def _phase_name(name: str) -> Optional[Tuple[str, str]]:
+    """``<role>/<phase>`` split at the first ``/``. An empty role or phase (``critic/``) is
+    still a phase range: it is counted under a stand-in name, with a warning
+    (:mod:`verlprof.report.names`), rather than dropped without a word."""
     if name == CAPTURE_RANGE or name.startswith(STEP_PREFIX) or "/" not in name:
         return None
     role, _, phase = name.partition("/")
-    if not role or not phase:
-        return None
     return role, phase
 
 

@@ -123,6 +123,8 @@ class LoadResult:
     notes: Tuple[str, ...] = field(default_factory=tuple)
     """Non-fatal remarks (e.g. a range whose step could only be guessed)."""
     read_seconds: float = 0.0
+    warnings: Tuple[str, ...] = field(default_factory=tuple)
+    """Range names that cannot be shown and the stand-ins that replace them."""
 
 __all__ = ["CONTROLLER_GROUP", "CONTROLLER_ROLE", "LoadResult", "PhaseRecord", "Problem",
            "RawRange", "ReportData", "StepMark", "StepSpan", "Window"]

@@ -2,19 +2,21 @@
 
 Printed at the end of the summary (``verlprof report`` and ``verlprof demo``). Each line names
 a real file of this run and the program that opens it: ``nsys-ui`` for Nsight Systems reports,
-Perfetto for torch traces and rocprof-sys output, a browser for the timeline.
+Perfetto for torch traces and rocprof-sys output, a browser for the timeline. Paths are shell
+words (:func:`verlprof.safe_text.shell_quote`): a hint can be pasted, and shows no hidden
+character.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 from typing import List, Optional
 
 from verlprof.backends import get_backend
 from verlprof.manifest import STATUS_OK, ReportEntry
 from verlprof.report.findings import Summary
 from verlprof.report.model import CONTROLLER_GROUP
+from verlprof.safe_text import shell_quote
 
 GUIDE = "docs/user_guide.md"
 
@@ -25,7 +27,7 @@ def next_steps(summary: Summary) -> List[str]:
     reports = [r for r in summary.manifest.reports if r.status == STATUS_OK]
     html = summary.paths.get("timeline.html")
     if html:
-        out.append(f"  timeline:       open {_quote(html)} in a browser "
+        out.append(f"  timeline:       open {shell_quote(html)} in a browser "
                    "(a picture: timeline.png next to it)")
     first = _first_to_open(summary, reports)
     if first is not None:
@@ -53,6 +55,3 @@ def _first_to_open(summary: Summary, reports: List[ReportEntry]) -> Optional[Rep
     pool = workers or reports
     return min(pool, key=lambda r: (r.steps, r.group, r.rank, r.path)) if pool else None
 
-
-def _quote(path: str) -> str:
-    return shlex.quote(path)

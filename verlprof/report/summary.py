@@ -78,7 +78,8 @@ def analyse(output_dir: str, manifest: Manifest, loaded: LoadResult,
         stragglers=tuple(find_stragglers(rows, threshold, min_excess_ms)),
         missing=loaded.problems, steps=loaded.steps, windows=loaded.windows,
         notes=loaded.notes, threshold=threshold, min_excess_ms=min_excess_ms,
-        t0_ns=min(starts) if starts else 0, read_seconds=loaded.read_seconds)
+        t0_ns=min(starts) if starts else 0, read_seconds=loaded.read_seconds,
+        warnings=loaded.warnings)
 
 
 def default_console() -> Console:

@@ -1,19 +1,37 @@
-"""``summary/timeline.html``: the same timeline, interactive and self-contained.
+r"""``summary/timeline.html``: the same timeline, interactive and self-contained.
 
 No dependency: the data is embedded as JSON and ~60 lines of plain JavaScript draw it as SVG
 (hover a bar for phase, step, lane and duration; a slider zooms the time axis; the page
 scrolls horizontally). Opens offline in any browser.
+
+Names are data (:mod:`verlprof.safe_text`), and a page someone else's reports produced is
+opened by whoever they share it with. So: every text is sent in its
+:func:`~verlprof.safe_text.visible` form, inside JSON whose ``<``, ``>`` and ``&`` are
+``\u`` escapes (nothing in it can end the script or open a comment); the script puts text
+into the page only through ``textContent`` and attributes, never ``innerHTML``; phases are a
+list, not an object keyed by name (a phase named ``__proto__`` stays a phase); and the page's
+Content-Security-Policy lets only its own script run (by its hash), so even a mistake here
+could not run an injected script or event handler, or load anything.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 
 from verlprof.report.timeline import TimelineData
+from verlprof.safe_text import visible
 
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>%(title)s</title>
+CSP = "default-src 'none'; script-src 'sha256-%s'; style-src 'unsafe-inline'"
+"""Only the script whose hash is given (the page's own, data included) runs: no other inline
+script or event handler, no fetch, no image. Styles: the page's own ``<style>``."""
+
+_HEAD = """<!doctype html>
+<html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="%(csp)s">
+<title>%(title)s</title>
 <style>
 body{font:13px system-ui,sans-serif;margin:12px;color:#222}
 #wrap{overflow-x:auto;border:1px solid #ccc}
@@ -28,7 +46,8 @@ rect.bar:hover{stroke:#000;stroke-width:1}
 <span id="info">hover a bar</span></div>
 <p id="legend"></p>
 <div id="wrap"><svg id="tl"></svg></div>
-<script>
+"""
+_SCRIPT = """
 const D = %(data)s;
 const NS = "http://www.w3.org/2000/svg", LW = 180, LH = 22, TOP = 26, AX = 26;
 function el(tag, attrs, parent, text) {
@@ -47,7 +66,8 @@ function draw() {
   const W = Math.max(400, (document.getElementById("wrap").clientWidth - LW - 20) * zoom);
   const H = TOP + D.lanes.length * LH + AX, end = D.end_s > 0 ? D.end_s * 1.01 : 1;
   const x = s => LW + s / end * W, svg = document.getElementById("tl");
-  svg.innerHTML = ""; svg.setAttribute("width", LW + W + 10); svg.setAttribute("height", H);
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  svg.setAttribute("width", LW + W + 10); svg.setAttribute("height", H);
   D.lanes.forEach((name, i) => {
     if (i === 0 || D.groups[i] !== D.groups[i - 1])
       el("line", {x1: 0, x2: LW + W, y1: TOP + i * LH, y2: TOP + i * LH, stroke: "#aaa"}, svg);
@@ -63,7 +83,7 @@ function draw() {
   }
   for (const b of D.bars) {
     const r = el("rect", {class: "bar", x: x(b[1]), y: TOP + b[0] * LH + 3,
-      width: Math.max(1, x(b[2]) - x(b[1])), height: LH - 6, fill: D.colours[b[3]],
+      width: Math.max(1, x(b[2]) - x(b[1])), height: LH - 6, fill: D.phases[b[3]][1],
       stroke: b[5] ? "#d00000" : "none", "stroke-width": b[5] ? 2 : 0}, svg);
     el("title", {}, r, b[4]);
     r.addEventListener("mouseenter", () => document.getElementById("info").textContent = b[4]);
@@ -75,28 +95,43 @@ function draw() {
     el("text", {x: x(s) + 3, y: TOP - 10, "font-weight": "bold"}, svg, "step " + n);
   }
 }
-document.getElementById("legend").innerHTML = Object.entries(D.colours).map(
-  ([p, c]) => `<span><i style="background:${c}"></i>${p}</span>`).join("") +
-  '<span><i style="background:#eee"></i>capture window</span>' +
-  '<span><i style="border:2px solid #d00000;width:8px;height:8px"></i>straggler</span>';
+function swatch(label, css) {  // text and style through the DOM: a name is never markup
+  const span = document.createElement("span"), box = document.createElement("i");
+  for (const k in css) box.style[k] = css[k];
+  span.appendChild(box); span.appendChild(document.createTextNode(label));
+  document.getElementById("legend").appendChild(span);
+}
+for (const [name, colour] of D.phases) swatch(name, {background: colour});
+swatch("capture window", {background: "#eee"});
+swatch("straggler", {border: "2px solid #d00000", width: "8px", height: "8px"});
 document.getElementById("zoom").addEventListener("input", draw);
 window.addEventListener("resize", draw);
 draw();
-</script></body></html>
 """
 
 
+_JSON_IN_SCRIPT = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
+"""JSON string escapes for the characters that mean something to the HTML parser inside a
+``<script>`` (``</script>``, ``<!--``): the same string to JavaScript, inert to HTML."""
+
+
 def render_html(data: TimelineData, title: str = "verlprof timeline") -> str:
+    index = {phase: i for i, phase in enumerate(data.colours)}
     payload = {
-        "lanes": list(data.lanes), "groups": list(data.lane_groups),
-        "bars": [[b.lane, round(b.start_s, 9), round(b.end_s, 9), b.phase, b.label,
-                  int(b.straggler)] for b in data.bars],
+        "lanes": [visible(lane) for lane in data.lanes], "groups": list(data.lane_groups),
+        "bars": [[b.lane, round(b.start_s, 9), round(b.end_s, 9), index[b.phase],
+                  visible(b.label), int(b.straggler)] for b in data.bars],
         "windows": [[lane, round(s, 9), round(e, 9)] for lane, s, e in data.windows],
         "steps": [[n, round(s, 9), round(e, 9)] for n, s, e in data.steps],
-        "colours": data.colours, "end_s": data.end_s,
+        "phases": [[visible(phase), colour] for phase, colour in data.colours.items()],
+        "end_s": data.end_s,
     }
-    text = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
-    return _PAGE % {"title": html.escape(title), "data": text}
+    # ensure_ascii (the default) also escapes U+2028/9 and lone surrogates
+    text = json.dumps(payload, separators=(",", ":")).translate(_JSON_IN_SCRIPT)
+    script = _SCRIPT % {"data": text}
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    head = _HEAD % {"title": html.escape(visible(title)), "csp": CSP % digest}
+    return f"{head}<script>{script}</script></body></html>\n"
 
 
 def write_html(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:

@@ -8,6 +8,11 @@ in red. The picture grows with the number of lanes so 8 ranks x several groups s
 Why Pillow and not matplotlib: the picture is rectangles, lines and labels, and importing
 matplotlib alone took about 1.1 s of the 2-3 s a whole ``verlprof report`` took on 16 reports
 (docs/performance.md, P4); Pillow imports in about 40 ms and draws this in a few more.
+
+Names are data (:mod:`verlprof.safe_text`): every label is drawn as text in its
+:func:`~verlprof.safe_text.visible` form (a newline would make Pillow draw several lines, and
+refuse an anchor; a bidi control would reorder it) and clipped to a length the picture can
+hold, so that one long name cannot push the plot off the image.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 from typing import List, Sequence, Tuple
 
 from verlprof.report.timeline import TimelineData
+from verlprof.safe_text import clip, visible
 
 WIDTH_PX = 1650
 LANE_PX = 37
@@ -28,6 +34,14 @@ FONT_FILES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
 """Tried in order; Pillow's built-in scalable font otherwise."""
 INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#eeeeee",
                                           "#444444", "#d00000")
+LABEL_CHARS = {"title": 150, "lane": 40, "legend": 60}
+"""Longest label drawn, in characters (the rest becomes an ellipsis): a lane label of 40
+characters at 14 px still leaves most of the 1650 px width to the plot."""
+
+
+def label(text: str, kind: str) -> str:
+    """``text`` as the picture draws it: visible, clipped to ``LABEL_CHARS[kind]``."""
+    return clip(visible(text), LABEL_CHARS[kind])
 
 
 def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:
@@ -36,9 +50,10 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
     fonts = {name: _font(size) for name, size in FONT_PX.items()}
     lanes = max(1, len(data.lanes))
     legend = _legend_entries(data)
-    columns = min(5, max(1, len(legend)))
+    columns = _legend_columns(legend, fonts["small"])
     legend_rows = math.ceil(len(legend) / columns) if legend else 0
-    label_w = max([_text_width(fonts["label"], lane) for lane in data.lanes] or [0])
+    lanes_shown = [label(lane, "lane") for lane in data.lanes]
+    label_w = max([_text_width(fonts["label"], lane) for lane in lanes_shown] or [0])
     left, right, top = label_w + 24, 24, 62
     plot_h = LANE_PX * lanes
     height = top + plot_h + 58 + 20 * legend_rows + 12
@@ -78,7 +93,7 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
             draw.text((round(x_of(start)) + shift, y0 - 4), f"step {step}", fill=INK,
                       font=fonts["label"], anchor="ld")
     draw.rectangle((x0, y0, x1, y1), outline=INK)
-    for i, lane_name in enumerate(data.lanes):
+    for i, lane_name in enumerate(lanes_shown):
         draw.text((x0 - 8, y0 + LANE_PX * (i + 0.5)), lane_name, fill=INK, font=fonts["label"],
                   anchor="rm")
     for tick in ticks:
@@ -87,7 +102,7 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
         draw.text((x, y1 + 7), f"{tick:g}", fill=INK, font=fonts["label"], anchor="mt")
     draw.text(((x0 + x1) // 2, y1 + 28), "seconds from the first event", fill=INK,
               font=fonts["label"], anchor="mt")
-    draw.text((x0, 10), title, fill=INK, font=fonts["title"], anchor="lt")
+    draw.text((x0, 10), label(title, "title"), fill=INK, font=fonts["title"], anchor="lt")
     _draw_legend(draw, legend, columns, (x0 + x1) // 2, y1 + 56, fonts["small"])
     image.save(path, optimize=False, compress_level=6)
     return path
@@ -95,7 +110,7 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
 
 def _legend_entries(data: TimelineData) -> List[Tuple[str, str, str]]:
     """(kind, colour, label): ``box`` swatches for phases, windows, stragglers; ``line``."""
-    entries = [("box", colour, phase) for phase, colour in data.colours.items()]
+    entries = [("box", colour, label(phase, "legend")) for phase, colour in data.colours.items()]
     if data.windows:
         entries.append(("box", BAND, "capture window"))
     if any(bar.straggler for bar in data.bars):
@@ -105,15 +120,32 @@ def _legend_entries(data: TimelineData) -> List[Tuple[str, str, str]]:
     return entries
 
 
+LEGEND_SWATCH_PX = (22, 8)
+"""A legend entry's swatch width and the gap before its label."""
+
+
+def _column_widths(entries: Sequence[Tuple[str, str, str]], columns: int, font) -> List[int]:
+    swatch, gap = LEGEND_SWATCH_PX
+    widths = [swatch + gap + _text_width(font, text) + 28 for _, _, text in entries]
+    return [max(widths[i::columns]) for i in range(columns)]
+
+
+def _legend_columns(entries: Sequence[Tuple[str, str, str]], font) -> int:
+    """Up to 5 columns, fewer when long labels would not fit across the picture."""
+    columns = min(5, max(1, len(entries)))
+    while columns > 1 and sum(_column_widths(entries, columns, font)) > WIDTH_PX - 48:
+        columns -= 1
+    return columns
+
+
 def _draw_legend(draw, entries: Sequence[Tuple[str, str, str]], columns: int, centre: int,
                  top: int, font) -> None:
     if not entries:
         return
-    swatch, gap = 22, 8
-    widths = [swatch + gap + _text_width(font, label) + 28 for _, _, label in entries]
-    column_w = [max(widths[i::columns]) for i in range(columns)]
+    column_w = _column_widths(entries, columns, font)
+    swatch, gap = LEGEND_SWATCH_PX
     x_start = centre - sum(column_w) // 2
-    for i, (kind, colour, label) in enumerate(entries):
+    for i, (kind, colour, text) in enumerate(entries):
         row, column = divmod(i, columns)
         x, y = x_start + sum(column_w[:column]), top + 20 * row
         if kind == "line":
@@ -122,7 +154,7 @@ def _draw_legend(draw, entries: Sequence[Tuple[str, str, str]], columns: int, ce
             draw.rectangle((x, y, x + swatch, y + 13), fill="white", outline=colour, width=2)
         else:
             draw.rectangle((x, y, x + swatch, y + 13), fill=colour)
-        draw.text((x + swatch + gap, y + 7), label, fill=INK, font=font, anchor="lm")
+        draw.text((x + swatch + gap, y + 7), text, fill=INK, font=font, anchor="lm")
 
 
 def _dashed_vline(draw, x: int, y0: int, y1: int, colour: str, on: int = 6,

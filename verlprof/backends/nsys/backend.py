@@ -4,7 +4,6 @@ per window (``repeat:N``); the controller may run under it too, bounded to the p
 from __future__ import annotations
 
 import os
-import shlex
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from verlprof import paths
@@ -20,6 +19,7 @@ from verlprof.backends.nsys.cli import sqlite_path_for
 from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
 from verlprof.backends.nsys.read import read_nsys_report
 from verlprof.errors import ConfigError
+from verlprof.safe_text import shell_quote
 
 if TYPE_CHECKING:  # types only: the builder of the plan imports the backends
     from verlprof.backends.reading import ReportData
@@ -94,7 +94,7 @@ class NsysBackend(Backend):
             return False
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
-        quoted = shlex.quote(path)
+        quoted = shell_quote(path)
         return [("", f"nsys-ui {quoted}"), ("in a terminal:", f"nsys stats {quoted}")]
 
 

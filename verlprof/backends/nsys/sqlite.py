@@ -181,6 +181,10 @@ def _open(path: PathLike) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _tables(conn: sqlite3.Connection) -> set:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
@@ -219,6 +223,9 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
     """
     types = list(event_types) + ([EVENT_MARK] if include_marks else [])
     with _open(sqlite_path) as conn:
+        # range names are whatever bytes the application passed to NVTX: text that is not
+        # UTF-8 is decoded with replacement, so one odd name never makes a report unreadable
+        conn.text_factory = _lenient_text
         tables = _tables(conn)
         if "NVTX_EVENTS" not in tables:
             return []

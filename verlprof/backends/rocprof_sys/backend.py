@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 from typing import TYPE_CHECKING, List, Tuple
 
@@ -11,6 +10,7 @@ from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
 from verlprof.backends.rocprof_sys.argv import rocprof_argv, rocprof_env
 from verlprof.backends.rocprof_sys.capture import RocprofCapture
 from verlprof.errors import ConfigError
+from verlprof.safe_text import shell_quote
 
 if TYPE_CHECKING:
     from verlprof.config.schema import ProfilingConfig
@@ -38,7 +38,7 @@ class RocprofSysBackend(Backend):
         return RocprofCapture(plan)
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
-        return [("", f"{shlex.quote(path)} (rocprof-sys output: open its .proto files in "
+        return [("", f"{shell_quote(path)} (rocprof-sys output: open its .proto files in "
                      f"{PERFETTO_URL})")]
 
 

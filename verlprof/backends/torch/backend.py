@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
 from verlprof.backends.torch.capture import TorchCapture
 from verlprof.backends.torch.read import read_torch_trace
+from verlprof.safe_text import shell_quote
 
 if TYPE_CHECKING:
     from verlprof.backends.reading import ReportData
@@ -34,7 +34,7 @@ class TorchBackend(Backend):
         return read_torch_trace(path, index=index, fallback_start_ns=window_start_ns)
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
-        return [("", f"{PERFETTO_URL} > Open trace file > {shlex.quote(path)}")]
+        return [("", f"{PERFETTO_URL} > Open trace file > {shell_quote(path)}")]
 
 
 BACKEND = TorchBackend()

@@ -40,7 +40,8 @@ def read_torch_trace(path: str, index: int = 0,
 
 def _load(path: str) -> Dict[str, Any]:
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
+    # errors="replace": a range name that is not UTF-8 must not make the whole trace unreadable
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         data = json.load(handle)
     if isinstance(data, list):  # bare event array, also valid Chrome trace JSON
         data = {"traceEvents": data}
