@@ -6,6 +6,7 @@ Every error a user can cause prints one line (``verlprof: <key>: <problem>``) an
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import List, Optional
 
@@ -26,6 +27,7 @@ examples:
   verlprof plan --config trainer_configs/ppo_trainer.yaml --json > plan.json
   verlprof check --config my_trainer.yaml 'critic.profile_ranks=[0]'
   verlprof demo 'trainer.profile_steps=[2,3]'
+  verlprof init-config my_trainer.yaml                  # the demo's config, to start from
   verlprof report outputs/ppo_demo/profiling
 
 docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
@@ -71,12 +73,20 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="run the CPU demo PPO trainer with profiling on",
         description="Run verlprof's small PPO trainer (actor_rollout_ref, critic and reward "
                     "model worker groups) on CPU over Ray, profiled as the config says "
-                    "(default trainer_configs/ppo_trainer.yaml), then summarise it like "
-                    "'verlprof report'. Uses nsys when it is installed, else the torch "
-                    "profiler. About a minute on 2 cores.")
+                    "(default: the config shipped with verlprof, printed by 'verlprof "
+                    "init-config -'), then summarise it like 'verlprof report'. Uses nsys "
+                    "when it is installed, else the torch profiler. About a minute on 2 "
+                    "cores.")
     with_config(demo, required=False)
     demo.add_argument("--ray-address", metavar="ADDR", default=None,
                       help="run on this existing Ray cluster (default: start a local one)")
+    init = sub.add_parser(
+        "init-config", help="write the demo's trainer config to a file, to start your own from",
+        description="Write a copy of the trainer config that 'verlprof demo' runs by default "
+                    "(verl-style PPO, every profiling key commented) to PATH, or print it "
+                    "with '-'. An existing file is kept unless --force.")
+    init.add_argument("path", metavar="PATH", help="file to write; '-' prints the config")
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
     from verlprof.report.cli import add_report_subcommand
 
     add_report_subcommand(sub)
@@ -141,6 +151,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verlprof.demo.run import run_demo
 
         return run_demo(args.config, args.overrides, ray_address=args.ray_address)
+    if args.command == "init-config":
+        from verlprof.demo.default_config import STDOUT, write_config_copy
+
+        write_config_copy(args.path, force=args.force)
+        if args.path != STDOUT:  # '-' keeps stdout the config alone, for a pipe
+            path = shlex.quote(args.path)
+            print(f"verlprof: wrote {args.path} (the demo's trainer config)")
+            print("next steps:")
+            print(f"  edit: {path} (trainer.profile_steps, <role>.profile_ranks, "
+                  "trainer.profiler.tool)")
+            print(f"  plan: verlprof plan --config {path}")
+            print(f"  run:  verlprof demo --config {path}")
+        return 0
     raise AssertionError(args.command)
 
 

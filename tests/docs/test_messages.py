@@ -20,7 +20,8 @@ from verlprof.report.progress import Progress
 PPO = os.path.join(snippets.ROOT, "trainer_configs", "ppo_trainer.yaml")
 
 
-@pytest.mark.parametrize("argv", [[], ["plan"], ["check"], ["demo"], ["report"]])
+@pytest.mark.parametrize("argv", [[], ["plan"], ["check"], ["demo"], ["report"],
+                                  ["init-config"]])
 def test_help_texts_describe_each_command(argv, capsys):
     from verlprof.cli import main
 

@@ -12,25 +12,26 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof.config import load_config
+from verlprof.demo.default_config import DEFAULT_CONFIG
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
-
-DEFAULT_CONFIG = os.path.join("trainer_configs", "ppo_trainer.yaml")
 
 
 def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     """Load the config and plan it, falling back to torch when nsys is not installed."""
     from verlprof.backends.nsys.cli import find_nsys
 
-    path = config_path or DEFAULT_CONFIG
+    path = config_path or str(DEFAULT_CONFIG)
     if not os.path.exists(path):
-        raise ConfigError("--config", f"{path} not found; pass --config FILE")
+        raise ConfigError("--config", f"{path} not found (without --config the demo runs its "
+                                      "own config; `verlprof init-config FILE` writes a copy)")
     loaded = load_config(path, list(overrides))
     notes: List[str] = []
     if loaded.profiling.tool == "nsys" and find_nsys(loaded.profiling.nsys.executable) is None:
         notes.append("nsys is not installed here: the demo uses the torch profiler instead "
-                     "(`make nsys` installs Nsight Systems)")
+                     "(for nsys reports install Nsight Systems; in a verlprof checkout "
+                     "`make nsys` does)")
         loaded = load_config(path, [*overrides, "++trainer.profiler.tool=torch"])
     return loaded, build_plan(loaded.profiling, loaded.topology), notes
 
@@ -125,6 +126,9 @@ def _settle_controller(who: Optional[ProcessIdentity]) -> None:
 
 def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
              ray_address: Optional[str] = None) -> int:
+    print(f"verlprof: config: {config_path}" if config_path else
+          f"verlprof: config: {DEFAULT_CONFIG} (the demo's default; "
+          "`verlprof init-config FILE` writes a copy to edit)", flush=True)
     loaded, plan, notes = plan_demo(config_path, overrides)
     for note in notes + list(loaded.warnings) + list(plan.warnings):
         print(f"verlprof: note: {note}")
