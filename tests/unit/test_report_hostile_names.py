@@ -238,3 +238,23 @@ def test_an_nsys_export_with_a_name_that_is_not_utf8_is_read(tmp_path):
     conn.close()
     names = {r.name for r in read_nsys_sqlite(path).ranges}
     assert "critic/val\ufffd\ufffdues" in names
+
+
+def test_a_torch_trace_with_an_unescaped_quote_in_a_name_is_read(tmp_path):
+    """torch's trace writer puts a ``record_function`` label between quotes as it is: a label
+    with a ``"`` made the trace invalid JSON (and the report unreadable)."""
+    from verlprof.backends.torch.read import read_torch_trace
+
+    lines = ['{', '  "baseTimeNanoseconds": 1790000000000000000,', '  "traceEvents": [']
+    for i, name in enumerate(['critic/values<img src=x onerror="alert(1)">', 'actor/a"b"',
+                              'actor/ok', 'actor/esc\\u001b']):
+        lines += ['  {', '    "ph": "X",', '    "cat": "user_annotation",',
+                  f'    "name": "{name}",', f'    "ts": {i * 10}, "dur": 5', '  },']
+    lines[-1] = '  }'
+    path = tmp_path / "kineto.pt.trace.json"
+    path.write_text("\n".join(lines + ["  ]", "}"]))
+    data = read_torch_trace(str(path))
+    assert data.error is None
+    assert [r.name for r in data.ranges] == [
+        'critic/values<img src=x onerror="alert(1)">', 'actor/a"b"', "actor/ok",
+        "actor/esc\x1b"]

@@ -21,6 +21,11 @@ from verlprof.backends.reading import RawRange, ReportData, StepMark, attribute
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _CPU_CATEGORIES = ("user_annotation", "cpu_op", None)
+_QUOTED_NAME = re.compile(r'^(\s*"name": )"(.*)"(,?)$', re.M)
+"""A ``"name"`` line as torch's Chrome-trace writer (kineto) prints it, one key per line. It
+writes the name between quotes without escaping a ``"`` in it (a ``record_function`` label
+with a quote made the whole trace invalid JSON); it turns ``\\`` into ``/`` and drops line
+breaks, so the line's text is the name itself and can be quoted again."""
 _EPOCH_US = 1e15
 """Timestamps above this (2001-09 in µs) are epoch µs already (traces without a base time)."""
 
@@ -42,12 +47,28 @@ def _load(path: str) -> Dict[str, Any]:
     opener = gzip.open if path.endswith(".gz") else open
     # errors="replace": a range name that is not UTF-8 must not make the whole trace unreadable
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        data = json.load(handle)
+        text = handle.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        repaired = _QUOTED_NAME.sub(_requote, text)
+        if repaired == text:
+            raise
+        data = json.loads(repaired)
     if isinstance(data, list):  # bare event array, also valid Chrome trace JSON
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ValueError("not a Chrome trace (no traceEvents list)")
     return data
+
+
+def _requote(match: re.Match[str]) -> str:
+    """The name line quoted again, unless it is valid JSON already (escapes kept as they are)."""
+    try:
+        json.loads(f'"{match.group(2)}"')
+        return match.group(0)
+    except json.JSONDecodeError:
+        return f"{match.group(1)}{json.dumps(match.group(2), ensure_ascii=False)}{match.group(3)}"
 
 
 def _parse(data: Dict[str, Any], fallback_start_ns: Optional[int]
