@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.verlprof-installed
 
-.PHONY: install nsys test unit integration demo bench lint clean
+.PHONY: install nsys chromium test unit integration demo bench lint clean
 
 # verl for the bridge's tests: its own requirements pull GPU-side packages, so verl goes in
 # without them and tests/requirements/verl.txt adds what its CPU-side modules import.
@@ -26,6 +26,10 @@ install: $(STAMP)
 nsys:
 	bash scripts/install_nsys.sh
 
+# the browser test of timeline.html (tests/integration/test_hostile_names.py)
+chromium:
+	bash scripts/install_chromium.sh
+
 lint: install
 	$(BIN)/ruff check verlprof tests benchmarks
 	$(BIN)/mypy
@@ -33,10 +37,10 @@ lint: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-integration: install nsys
+integration: install nsys chromium
 	$(BIN)/pytest -q -m integration
 
-test: install nsys lint
+test: install nsys chromium lint
 	$(BIN)/pytest -q
 
 demo: install nsys

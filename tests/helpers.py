@@ -76,3 +76,32 @@ def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:
         time.sleep(0.5)
     leaked = [a for a in orphan_agents(0) if a.pid not in before]
     assert not leaked, f"nsys agents left behind: {leaked}"
+
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def require_chromium() -> str:
+    """Path of a headless-capable Chromium (``make test`` installs Debian's: see
+    scripts/install_chromium.sh). Skips the test without one, except under ``CI=true``, where
+    a missing browser is a failure, as for nsys."""
+    import shutil
+    import subprocess
+
+    exe = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+    works = False
+    if exe is not None:
+        try:
+            works = subprocess.run([exe, "--version"], capture_output=True,
+                                   timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            works = False
+    if not works:
+        msg = ("chromium not found on PATH" if exe is None
+               else f"{exe} does not run (--version failed)")
+        if os.environ.get("CI", "").strip().lower() == "true":
+            pytest.fail(f"{msg}; CI=true requires it (scripts/install_chromium.sh)",
+                        pytrace=False)
+        pytest.skip(f"{msg} (scripts/install_chromium.sh installs it)")
+    assert exe is not None
+    return exe
