@@ -31,7 +31,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from tests.verl_wheels import RELEASES, config_dir
-from verlprof.config import config_from_dict, load_config
+from verlprof.config import ConfigError, config_from_dict, load_config
 from verlprof.config import overrides as ov
 from verlprof.config.build import LoadedConfig
 from verlprof.plan import build_plan
@@ -206,3 +206,56 @@ def test_torch_whole_step_plans_trace_files(release, root):
     if release in ("0.6.0", "0.7.0"):
         assert any(w.startswith(f"global_profiler.tool: torch: verl {release}'s own "
                                 "start_profile raises TypeError") for w in loaded.warnings)
+
+
+@pytest.mark.parametrize("release", ["0.6.0", "0.7.0"])
+def test_reward_pool_of_060_and_070(release):
+    pool = ["reward_model.enable=true", "reward_model.enable_resource_pool=true",
+            "reward_model.nnodes=1", "reward_model.n_gpus_per_node=2"]
+    loaded = load(release, "ppo_trainer", selection(release) + pool)
+    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
+        ("global_pool", ("actor", "rollout", "ref", "critic"), 8), ("reward_pool", ("rm",), 2)]
+    colocated = load(release, "ppo_trainer", selection(release) + ["reward_model.enable=true"])
+    roles = colocated.topology.groups[0].roles
+    # 0.7.0 serves the reward model through its reward loop by default: no verl worker of it
+    assert ("rm" in roles) == (release == "0.6.0")
+
+
+@pytest.mark.parametrize("release", ENGINE)
+def test_reward_pool_and_teacher_of_080_and_later(release):
+    extra = ["reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=true",
+             "reward.reward_model.nnodes=1", "distillation.enabled=true",
+             "distillation.nnodes=1"]
+    loaded = load(release, "ppo_trainer", selection(release) + extra)
+    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
+        ("global_pool", ("actor", "rollout", "ref", "critic"), 8), ("reward_pool", ("rm",), 8)]
+    assert [(u.name, u.world_size) for u in loaded.topology.unprofiled] == [("teacher_pool", 8)]
+    plan = plan_of(loaded)
+    assert {p.group for p in plan.processes} == {"global_pool"}
+    with pytest.raises(ConfigError, match="^reward_model.nnodes: is 1 but "
+                                          "reward.reward_model.nnodes is 2; set only"):
+        load(release, "ppo_trainer", selection(release) + [
+            "reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=true",
+            "reward.reward_model.nnodes=2", "reward_model.nnodes=1"])
+
+
+def test_verl_091_own_ppo_trainer_with_the_briefs_overrides():
+    """The overrides a verl 0.9.1 user types on a CPU machine (NVTX trigger): global_pool hosts
+    actor, rollout, ref and critic; rank 0 is the critic's, rank 1 the actor's."""
+    overrides = [
+        "trainer.device=cpu", "global_profiler.tool=nsys", "global_profiler.steps=[1,2]",
+        "actor_rollout_ref.actor.profiler.enable=true",
+        "actor_rollout_ref.actor.profiler.ranks=[1]", "critic.profiler.enable=true",
+        "critic.profiler.ranks=[0]", "global_profiler.save_path=/tmp/x",
+        "global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range=nvtx",
+        "global_profiler.global_tool_config.nsys.worker_nsight_options.trace='nvtx,osrt'",
+        "global_profiler.global_tool_config.nsys.controller_nsight_options.trace='nvtx,osrt'",
+        "actor_rollout_ref.actor.use_kl_loss=true"]
+    loaded = load_config(str(config_dir("0.9.1") / "ppo_trainer.yaml"), overrides, env={})
+    plan = plan_of(loaded)
+    assert [(g.name, g.roles) for g in plan.groups] == [
+        ("global_pool", ("actor", "rollout", "ref", "critic"))]
+    assert [(p.rank, p.selected_roles) for p in plan.processes] == [
+        (0, ("critic",)), (1, ("actor", "rollout", "ref"))]
+    assert all("--capture-range=nvtx" in p.launch_argv for p in plan.processes)
+    assert plan.output_dir == "/tmp/x" and loaded.warnings == ()

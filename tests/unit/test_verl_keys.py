@@ -385,3 +385,12 @@ def test_verlprof_plan_prints_the_release_and_the_finish_hook():
     assert "source=verl_global_profiler verl=0.9.1" in text
     assert ("finish hook (global_profiler.finish_hook_cmd), after every report is gathered, on "
             "the nodes of global_pool rank 1: /bin/sh -c 'upload.sh out' (timeout 600s)") in text
+
+
+def test_the_role_of_a_method_verl_annotates_without_a_label():
+    from verlprof.config.verl_release import role_of_method
+
+    assert [role_of_method(m) for m in ("generate_sequences", "compute_log_prob",
+                                        "compute_ref_log_prob", "compute_values", "train_batch",
+                                        "compute_rm_score", "other")] == [
+        "rollout", "actor", "ref", "critic", "critic", "rm", None]

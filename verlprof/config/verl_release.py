@@ -169,6 +169,12 @@ def _section(node: Any, key: str) -> Mapping[Any, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def describe(traits: Optional[VerlTraits]) -> str:
-    """``verl 0.9.1 (recognised by global_profiler.relocate_results)``, or "" for None."""
-    return "" if traits is None else f"verl {traits.release} (recognised by {traits.marker})"
+def role_of_method(method: str) -> Optional[str]:
+    """The role whose phase ``method`` is in verl's workers (``generate_sequences`` → rollout),
+    for a method verl annotates without a role label (0.4.1, and Megatron up to 0.6.0)."""
+    for table in (_LEGACY_PHASES, _ENGINE_PHASES):
+        for role, methods in table.items():
+            if method in methods:
+                return role
+    return None
+
