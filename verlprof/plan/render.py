@@ -1,15 +1,30 @@
-"""A plan as a person reads it: what is captured, where, with which command, which files."""
+"""A plan as a person reads it: what is captured, where, with which command, which files.
+
+Group and role names, paths, commands and warnings come from the config: they are data
+(:mod:`verlprof.safe_text`). They reach rich only as ``Text`` of their visible form, never as
+markup (an ``output_dir`` with ``[bold]`` in it prints as written), and commands and paths are
+shell words that show every hidden character and still run when pasted.
+"""
 
 from __future__ import annotations
 
-import shlex
-from typing import List, Optional
+from typing import List, Optional, Tuple, Union
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from verlprof import paths
 from verlprof.plan.model import ProfilePlan
+from verlprof.safe_text import shell_join, shell_quote, visible
+
+Part = Union[str, Tuple[str, str]]
+"""A piece of a printed line: data (shown visibly, no style) or (our text, its style)."""
+
+
+def _text(*parts: Part) -> Text:
+    """One line from data and styled pieces of ours: no markup is ever parsed."""
+    return Text.assemble(*[p if isinstance(p, tuple) else visible(p) for p in parts])
 
 
 def _steps_text(window) -> str:
@@ -20,24 +35,26 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
     """Print ``plan`` as tables: overview, selected ranks, commands, expected files, warnings."""
     console = console or Console(width=140)
     if not plan.step_windows:
-        console.print("[bold]Profiling is off[/] (no trainer.profile_steps).")
+        console.print(_text(("Profiling is off", "bold"), " (no trainer.profile_steps)."))
     elif not plan.enabled:
-        console.print("[bold]Profiling is off[/]: no rank of any component is selected.")
+        console.print(_text(("Profiling is off", "bold"),
+                            ": no rank of any component is selected."))
     else:
         windows = ", ".join(f"[{_steps_text(w)}]" for w in plan.step_windows)
         release = f" verl={plan.verl_release}" if plan.verl_release else ""
-        console.print(f"[bold]verlprof plan[/] tool={plan.tool} source={plan.source}{release}")
-        console.print(f"  steps: {windows}  ({len(plan.step_windows)} window(s))")
-        console.print(f"  output_dir: {plan.output_dir}")
+        console.print(_text(("verlprof plan", "bold"),
+                            f" tool={plan.tool} source={plan.source}{release}"), soft_wrap=True)
+        console.print(_text(f"  steps: {windows}  ({len(plan.step_windows)} window(s))"))
+        console.print(_text(f"  output_dir: {plan.output_dir}"), soft_wrap=True)
         console.print(_ranks_table(plan))
         _print_commands(plan, console)
         console.print(_files_table(plan))
     for line in unprofiled_lines(plan) + finish_hook_lines(plan):
-        console.print(line, soft_wrap=True, highlight=False, markup=False)
+        console.print(_text(line), soft_wrap=True)
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+        console.print(_text(("warning:", "yellow"), f" {warning}"), soft_wrap=True)
     for line in next_steps(plan):
-        console.print(line, soft_wrap=True, highlight=False, markup=False)
+        console.print(_text(line), soft_wrap=True)
 
 
 def unprofiled_lines(plan: ProfilePlan) -> List[str]:
@@ -54,7 +71,7 @@ def finish_hook_lines(plan: ProfilePlan) -> List[str]:
     where = ("on the controller's host" if not hook.targets else "on the nodes of "
              + ", ".join(f"{group} rank {rank}" for group, rank in hook.targets))
     return [f"finish hook ({hook.key}), after every report is gathered, {where}: "
-            f"/bin/sh -c {shlex.quote(hook.cmd)} (timeout {hook.timeout_s:g}s)"]
+            f"/bin/sh -c {shell_quote(hook.cmd)} (timeout {hook.timeout_s:g}s)"]
 
 
 def next_steps(plan: ProfilePlan) -> List[str]:
@@ -62,7 +79,7 @@ def next_steps(plan: ProfilePlan) -> List[str]:
     if not plan.enabled:
         return ["next steps: choose steps and ranks, e.g. 'trainer.profile_steps=[3,4]' "
                 "'actor_rollout_ref.actor.profile_ranks=[0]' (docs/user_guide.md)"]
-    out_dir = shlex.quote(plan.output_dir)
+    out_dir = shell_quote(plan.output_dir)
     return ["next steps:",
             "  run:  start the trainer with this config and the same overrides (only the "
             "ranks above are wrapped)",
@@ -77,43 +94,48 @@ def _ranks_table(plan: ProfilePlan) -> Table:
     for group in plan.groups:
         procs = [p for p in plan.processes if p.group == group.name]
         if not procs:
-            table.add_row(group.name, str(group.world_size), "-", "-", "-", "-")
+            table.add_row(_text(group.name), str(group.world_size), "-", "-", "-", "-")
             continue
         ranks = ", ".join(str(p.rank) for p in procs)
         roles = "; ".join(sorted({",".join(p.selected_roles) for p in procs}))
         modes = ",".join(sorted({p.mode for p in procs}))
         counts = ",".join(sorted({str(len(p.windows)) for p in procs}))
-        table.add_row(group.name, str(group.world_size), ranks, roles, modes, counts)
+        table.add_row(_text(group.name), str(group.world_size), ranks, _text(roles), modes,
+                      counts)
     return table
 
 
 def _print_commands(plan: ProfilePlan, console: Console) -> None:
-    console.print("[bold]Launch commands[/] (only these processes are wrapped; "
-                  "the interpreter follows):")
+    console.print(_text(("Launch commands", "bold"), " (only these processes are wrapped; "
+                        "the interpreter follows):"))
     if plan.controller.launch_argv:
         command = _command(plan.controller.launch_argv, plan.controller.launch_env)
-        console.print(f"  controller: {command}", soft_wrap=True)
+        console.print(_text(f"  controller: {command}"), soft_wrap=True)
     for proc in plan.processes:
         if proc.launch_argv:
-            console.print(f"  {proc.group} rank {proc.rank}: "
-                          f"{_command(proc.launch_argv, proc.launch_env)}", soft_wrap=True)
+            console.print(_text(f"  {proc.group} rank {proc.rank}: "
+                                f"{_command(proc.launch_argv, proc.launch_env)}"),
+                          soft_wrap=True)
         else:
-            console.print(f"  {proc.group} rank {proc.rank}: in-process {proc.backend} profiler")
+            console.print(_text(f"  {proc.group} rank {proc.rank}: in-process {proc.backend} "
+                                "profiler"), soft_wrap=True)
 
 
 def _command(argv, env) -> str:
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return (prefix + " " if prefix else "") + shlex.join(argv)
+    """The launch as one shell line (visible, runnable): ``K=V ... argv``."""
+    prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
+    return (prefix + " " if prefix else "") + shell_join(argv)
 
 
 def _files_table(plan: ProfilePlan) -> Table:
-    table = Table(title=f"Reports that will appear under {plan.output_dir}", title_justify="left")
+    table = Table(title=_text(f"Reports that will appear under {plan.output_dir}"),
+                  title_justify="left")
     table.add_column("step(s)")
     table.add_column("file")
     for report in sorted(plan.reports, key=lambda r: (r.steps, r.group, r.rank, r.path)):
-        table.add_row(paths.step_text(report.steps), report.path)
+        table.add_row(paths.step_text(report.steps), _text(report.path))
     if plan.controller.launch_argv:
         for window in plan.controller.windows:
-            table.add_row(paths.step_text(window),
-                          f"{paths.CONTROLLER_DIR}/controller_{{host}}_{{pid}}[.<n>].nsys-rep")
+            table.add_row(paths.step_text(window), _text(
+                f"{paths.CONTROLLER_DIR}/controller_{{host}}_{{pid}}[.<n>].nsys-rep"))
     return table
