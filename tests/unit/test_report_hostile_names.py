@@ -258,3 +258,24 @@ def test_a_torch_trace_with_an_unescaped_quote_in_a_name_is_read(tmp_path):
     assert [r.name for r in data.ranges] == [
         'critic/values<img src=x onerror="alert(1)">', 'actor/a"b"', "actor/ok",
         "actor/esc\x1b"]
+
+
+@pytest.mark.parametrize("name", CRAFTED, ids=range(len(CRAFTED)))
+def test_the_reading_progress_shows_a_report_name_visibly(name):
+    from verlprof.report.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    lines = io.StringIO()
+    progress = Progress("reading reports", 3, stream=lines, min_interval_s=0)
+    progress.advance(name)
+    progress.close()
+    assert f"1/3 ({visible(name)})" in lines.getvalue() if name else "1/3" in lines.getvalue()
+    assert not hidden(lines.getvalue().replace("\n", ""))
+    bar = Progress("reading reports", 2, stream=Terminal())
+    with bar:  # the bar's detail column: a name with [/] in it is text, not markup
+        bar.advance(name)
+        bar.advance(name)
+    assert bar.done == 2

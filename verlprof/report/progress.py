@@ -19,6 +19,8 @@ import sys
 import time
 from typing import IO, Any, Optional
 
+from verlprof.safe_text import visible
+
 PREFIX = "verlprof"
 
 
@@ -55,6 +57,7 @@ class Progress:
         self.done = min(self.total, self.done + n)
         if not self.enabled:
             return
+        detail = visible(detail)  # a report's file name is data: no code reaches the terminal
         try:
             if self._bar is not None:
                 self._bar.update(self._task, completed=self.done,
@@ -98,7 +101,7 @@ class Progress:
 
         self._bar = rp.Progress(
             rp.TextColumn(f"{PREFIX}: {self.label}"), rp.BarColumn(), rp.MofNCompleteColumn(),
-            rp.TimeElapsedColumn(), rp.TextColumn("{task.fields[detail]}"),
+            rp.TimeElapsedColumn(), rp.TextColumn("{task.fields[detail]}", markup=False),
             console=Console(file=self.stream), transient=True)
         self._task = self._bar.add_task(self.label, total=self.total, detail="")
         self._bar.start()
