@@ -58,6 +58,7 @@ from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 from verlprof.runtime.teardown import settle_on_nodes
+from verlprof.safe_text import visible
 from verlprof.version import __version__
 from verlprof.worker.identity import node_id
 
@@ -111,7 +112,7 @@ class ProfileController:
         self._warnings: List[str] = list(plan.warnings)
         self._finalized: Optional[Manifest] = None
         self._signals = SignalGuard()
-        line = f"verlprof controller: host={self.host} pid={self.pid}"
+        line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
         logger.info(line)
         if echo:
             print(line, flush=True)

@@ -27,6 +27,7 @@ from verlprof.manifest import HookRun
 from verlprof.plan.model import FinishHookPlan
 from verlprof.records import ProcessIdentity, Target
 from verlprof.runtime.teardown import task_on_node
+from verlprof.safe_text import visible
 from verlprof.worker.identity import node_id as this_node_id
 
 logger = logging.getLogger("verlprof")
@@ -136,8 +137,8 @@ def report(lines: List[str], echo: bool = True) -> None:
     """Say each problem in the log and, with ``echo``, on the console (stderr)."""
     for line in lines:
         logger.error("verlprof: %s", line)
-        if echo:
-            print(f"verlprof: {line}", file=sys.stderr, flush=True)
+        if echo:  # the line may quote the command's output: shown visibly, never as codes
+            print(f"verlprof: {visible(line)}", file=sys.stderr, flush=True)
 
 
 def _one_line(text: str) -> str:
