@@ -394,3 +394,24 @@ def test_the_role_of_a_method_verl_annotates_without_a_label():
                                         "compute_ref_log_prob", "compute_values", "train_batch",
                                         "compute_rm_score", "other")] == [
         "rollout", "actor", "ref", "critic", "critic", "rm", None]
+
+
+def test_torch_discrete_rollout_names_the_rollout_servers_verlprof_does_not_drive():
+    cfg = cfg_with(V091, **{f"{G}.tool": "torch", f"{R}.enable": True,
+                            f"{R}.ranks": [1], f"{A}.tool_config.torch.discrete": True,
+                            f"{R}.tool_config.torch.discrete": True})
+    assert any(w.startswith(f"{R}.tool_config.torch.discrete: verl 0.9.1 also runs the torch "
+                            "profiler in its rollout servers") for w in warnings(cfg))
+
+
+def test_the_legacy_reward_model_block_in_090_is_read_with_a_warning():
+    cfg = cfg_with(V091, reward={"reward_model": {"enable": False}},
+                   reward_model={"enable": True, "enable_resource_pool": True, "nnodes": 1,
+                                 "n_gpus_per_node": 2})
+    loaded = load(cfg)
+    assert loaded.topology.groups[1].name == "reward_pool"
+    assert ("reward_model.enable: verl 0.9.1's main_ppo no longer reads the legacy "
+            "reward_model block (only its fully_async entry point migrates it); verlprof reads "
+            "it as verl 0.8.0 did: move it to reward.reward_model.enable") in loaded.warnings
+    assert not any("legacy" in w for w in warnings(cfg_with(v08(), reward_model={
+        "enable": True})))

@@ -91,7 +91,7 @@ def to_plain(cfg: Any) -> Dict[str, Any]:
 def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
     draft = layouts.read(raw)
     # verl's layouts run as verl runs them: one fused process per GPU of each resource pool
-    topology = (verl_pools.topology(raw, draft.verl) if draft.verl is not None
+    topology = (verl_pools.topology(raw, draft.verl, draft.warn) if draft.verl is not None
                 else Topology.from_trainer_config(raw))
     if draft.worker_options is None:
         draft.worker_options = dict(DEFAULT_CUDA_WORKER_OPTIONS if topology.cuda

@@ -172,6 +172,12 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
     verl_keys.check_torch_extras(torch, f"{key}.tool_config.torch", gp.tool, enable, draft)
 
     if draft.config.tool == "torch":
+        if role_torch and enable and key == "actor_rollout_ref.rollout.profiler" and \
+                draft.verl is not None and draft.verl.at_least("0.8.0"):
+            draft.warn(f"{key}.tool_config.torch.discrete: verl {draft.verl.release} also runs "
+                       "the torch profiler in its rollout servers (vLLM, SGLang) with it; "
+                       "verlprof does not drive those servers, only the hybrid worker's "
+                       "process")
         discrete = gp.torch_discrete if role_torch is None else role_torch
         discrete_key = (f"{PREFIX}.global_tool_config.torch.discrete" if role_torch is None
                         else f"{key}.tool_config.torch.discrete")

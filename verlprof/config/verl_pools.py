@@ -23,7 +23,7 @@ is an error naming both keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from verlprof.config import validate as v
 from verlprof.config.topology import GroupTopology, Topology, UnprofiledGroup, device_is_cuda
@@ -56,8 +56,10 @@ _SERVED = "verl serves it from LLM inference servers outside its worker groups, 
           "verl profiler block selects it"
 
 
-def topology(raw: Mapping[Any, Any], traits: VerlTraits) -> Topology:
-    """The pools of ``raw`` (a resolved verl config) under ``traits``' release."""
+def topology(raw: Mapping[Any, Any], traits: VerlTraits,
+             warn: Callable[[str], None] = lambda message: None) -> Topology:
+    """The pools of ``raw`` (a resolved verl config) under ``traits``' release; ``warn`` gets
+    the one-line warnings (a legacy key verl's own trainer no longer reads)."""
     trainer = _section(raw, "trainer")
     cuda = device_is_cuda(trainer)
     arr = _section(raw, "actor_rollout_ref")
@@ -76,7 +78,7 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits) -> Topology:
         roles.append("ref")
     if _uses_critic(raw):
         roles.append("critic")
-    rm = _reward_model(raw, traits)
+    rm = _reward_model(raw, traits, warn)
     unprofiled: List[UnprofiledGroup] = []
     groups = []
     if rm is not None and not rm.own_pool and not traits.rm_served:
@@ -105,10 +107,17 @@ def _uses_critic(raw: Mapping[Any, Any]) -> bool:
     return estimator == "gae"
 
 
-def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits) -> Optional[RewardModelPlace]:
+def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits,
+                  warn: Callable[[str], None]) -> Optional[RewardModelPlace]:
     """Where the reward model runs, or None when it is off."""
     if traits.at_least("0.8.0"):
         values, keys = _rm_from_both(raw)
+        legacy = [key for key in keys.values() if key.startswith("reward_model.")]
+        if legacy and traits.at_least("0.9.0"):
+            # verl 0.9's main_ppo dropped migrate_legacy_reward_impl (only fully_async calls it)
+            warn(f"{legacy[0]}: verl {traits.release}'s main_ppo no longer reads the legacy "
+                 "reward_model block (only its fully_async entry point migrates it); verlprof "
+                 f"reads it as verl 0.8.0 did: move it to reward.{legacy[0]}")
     else:
         block = _section(raw, "reward_model")
         values = {k: block.get(k) for k in RM_KEYS}
