@@ -43,7 +43,7 @@ def hostile_plan(name: str):
 
 
 @given(names)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_plan_tables_show_every_name_visibly_and_never_as_markup(name):
     plan = hostile_plan(name)
     console = Console(file=io.StringIO(), width=100_000, color_system=None)

@@ -170,7 +170,7 @@ def test_html_carries_names_as_json_text_and_builds_no_markup_from_them(name):
 
 
 @given(name=names)
-@SETTINGS
+@settings(SETTINGS, max_examples=25)  # ~0.1 s a picture
 def test_png_draws_the_visible_name_as_text(name, tmp_path_factory):
     from unittest import mock
 

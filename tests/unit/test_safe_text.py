@@ -123,7 +123,7 @@ def _contents(tokens, opener: str) -> list:
 
 
 @given(names)
-@settings(max_examples=300)
+@settings(max_examples=150)
 def test_md_text_renders_as_the_visible_text_in_a_table_cell_and_a_list(name):
     source = f"| a | b |\n| --- | --- |\n| x | {md_text(name)} |\n\n- {md_text(name)}\n"
     tokens = MD.parse(source)
