@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import dacite
 
 from verlprof.config.schema import ROLES, ComponentConfig, ProfilingConfig
+from verlprof.config.verl_release import VerlTraits
 from verlprof.errors import ConfigError
 
 
@@ -72,9 +73,9 @@ class Draft:
     """Why ``enabled`` is false, for the warning (``trainer.profiler.enabled is false``)."""
     worker_flags_key: str = ""
     controller_flags_key: str = ""
-    verl: Optional[Any] = None
-    """The verl release this config's keys belong to, with its semantics
-    (:class:`~verlprof.config.verl_release.VerlRelease`); None for the seed layout."""
+    verl: Optional[VerlTraits] = None
+    """The verl release this config's keys belong to, with its semantics; None for the seed
+    layout."""
     warnings: List[str] = field(default_factory=list)
 
     def set(self, **values: Any) -> None:
