@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof.config import load_config
 from verlprof.demo.default_config import DEFAULT_CONFIG
+from verlprof.demo.local_ray import choose_token_auth
+from verlprof.demo.local_ray import ray_address as ray_address_for
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
@@ -58,8 +60,8 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     preflight(plan)
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=True,
-                 logging_level="WARNING", configure_logging=True)
+        ray.init(address=ray_address_for(ray_address), include_dashboard=False,
+                 log_to_driver=True, logging_level="WARNING", configure_logging=True)
     guard = SignalGuard()
     guard.install()  # after ray.init, which installs its own SIGTERM handler
     try:
@@ -130,6 +132,7 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
           f"verlprof: config: {DEFAULT_CONFIG} (the demo's default; "
           "`verlprof init-config FILE` writes a copy to edit)", flush=True)
     loaded, plan, notes = plan_demo(config_path, overrides)
+    choose_token_auth(ray_address_for(ray_address))  # before anything imports Ray
     for note in notes + list(loaded.warnings) + list(plan.warnings):
         print(f"verlprof: note: {note}")
     if not plan.enabled:
@@ -156,9 +159,7 @@ def _summarise(output_dir: str) -> None:
     """The cross-rank summary: tables in the terminal, summary/ files and the timeline."""
     from verlprof.report import summarize
 
-    summary = summarize(output_dir)
-    for name, path in sorted(summary.paths.items()):
-        print(f"verlprof {name}: {path}")
+    summarize(output_dir)  # prints the tables, the files it wrote and the next steps
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ class ActorRolloutRefWorker(DemoWorker):
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
-        return float(loss)
+        return float(loss.detach())  # detached: torch warns on a scalar taken from a graph
 
 
 class CriticWorker(DemoWorker):
@@ -117,7 +117,7 @@ class CriticWorker(DemoWorker):
             self.value_optimizer.zero_grad()
             loss.backward()
             self.value_optimizer.step()
-        return float(loss)
+        return float(loss.detach())  # detached: torch warns on a scalar taken from a graph
 
 
 class RewardModelWorker(DemoWorker):
