@@ -239,7 +239,18 @@ CASES: List[Tuple[str, Dict[str, Any], List[Tuple[str, Any]], str]] = [
     ("device-bad", SEED, [("trainer.device", "tpu")], "trainer.device: must be cuda, cpu or npu"),
     ("nnodes-bad", SEED, [("trainer.nnodes", 0)], "trainer.nnodes: must be a positive int"),
     ("hybrid-bad", SEED, [("actor_rollout_ref.hybrid_engine", "yes")], "actor_rollout_ref.hybrid_engine: must be true or false"),
+    # --- shared references expanded by copying: measured first, refused unexpanded
+    ("shared-reference-bomb", SEED, [("critic.extra", "BOMB")], "config: the config expands to more than 10000 values"),
+    ("huge-flow-list", SEED, [("critic.extra", list(range(20_000)))], "config: the config expands to"),
 ]
+
+
+def _bomb(levels: int = 7, width: int = 9) -> Any:
+    """The dict twin of a YAML alias bomb: each level lists the one below ``width`` times."""
+    node: Any = ["x"]
+    for _ in range(levels):
+        node = [node] * width
+    return node
 
 
 def build(base: Dict[str, Any], changes: List[Tuple[str, Any]]) -> Dict[str, Any]:
@@ -254,7 +265,7 @@ def build(base: Dict[str, Any], changes: List[Tuple[str, Any]]) -> Dict[str, Any
         if value is DELETE:
             node.pop(parts[-1], None)
         else:
-            node[parts[-1]] = value
+            node[parts[-1]] = _bomb() if value == "BOMB" else value
     return cfg
 
 

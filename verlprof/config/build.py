@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlprof.config import layouts, nemo_env, profiler_block, verl_pools
+from verlprof.config import guard, layouts, nemo_env, profiler_block, verl_pools
 from verlprof.config import validate as v
 from verlprof.config.draft import to_profiling
 from verlprof.config.schema import OptionValue, ProfilingConfig
@@ -85,6 +85,8 @@ def to_plain(cfg: Any) -> Dict[str, Any]:
                               _one_line(message)) from None
     elif isinstance(cfg, ListConfig) or not isinstance(cfg, Mapping):
         raise ConfigError("config", f"must be a mapping of sections, got {type(cfg).__name__}")
+    # _copy expands shared references: measure first (memoised), so a bomb is never expanded
+    guard.check_tree(cfg, "config", MAX_DEPTH)
     return _copy(cfg, 0)
 
 

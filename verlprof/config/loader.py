@@ -17,8 +17,9 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verlprof.config import guard
 from verlprof.config import overrides as ov
-from verlprof.config.build import LoadedConfig, config_from_dict, to_plain
+from verlprof.config.build import MAX_DEPTH, LoadedConfig, config_from_dict, to_plain
 from verlprof.errors import ConfigError
 
 _OVERRIDE_ERRORS = (OmegaConfBaseException, ValueError, TypeError, KeyError, IndexError)
@@ -48,6 +49,8 @@ def _read_yaml(path: Any) -> DictConfig:
         raise ConfigError("config", f"path must be a string, got {type(path).__name__}")
     if not os.path.isfile(path):
         raise ConfigError("config", f"no such file: {path}")
+    # measured before OmegaConf parses it: an alias bomb must be refused, never expanded
+    guard.check_yaml_file(os.fspath(path), MAX_DEPTH)
     try:
         cfg = OmegaConf.load(os.fspath(path))
     except Exception as err:  # yaml, OS, decoding and OmegaConf errors all mean "cannot read"

@@ -33,6 +33,7 @@ import os
 import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from verlprof.config import guard
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft, RoleDraft
 from verlprof.config.options import merge_options
@@ -88,15 +89,19 @@ def parse_step_range(value: str, var: str) -> Tuple[int, ...]:
 
 def parse_extra_options(value: str, var: str) -> Dict[str, object]:
     """A JSON object of nsys options, validated like YAML options."""
+    if len(value) > guard.MAX_ENV_BYTES:  # refused unparsed: a few options fit in far less
+        raise ConfigError(var, f"is {len(value)} characters long; at most "
+                               f"{guard.MAX_ENV_BYTES} are read")
     try:
         parsed = json.loads(value)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
         msg = getattr(err, "msg", str(err))
         raise ConfigError(var, f"not valid JSON ({msg}); expected an object like "
                                '{"trace": "cuda,nvtx"}') from None
     if not isinstance(parsed, dict):
         raise ConfigError(var, f"must be a JSON object like {{\"trace\": \"cuda,nvtx\"}}, "
                                f"got {type(parsed).__name__}")
+    guard.check_tree(parsed, var, 64)  # nesting as deep as a config's, values as many
     return v.options(parsed, var)
 
 
