@@ -33,7 +33,7 @@ def demo_run(tmp_path_factory):
         plan, result = run_case(out, [
             "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
             "trainer.controller_nsight_options=null", "actor_rollout_ref.actor.profile_ranks=[0]",
-            "actor_rollout_ref.rollout.profile_ranks=[]", "+critic.profile_ranks_all=true",
+            "actor_rollout_ref.rollout.profile_ranks=[]", "critic.profile_ranks_all=true",
             "reward_model.profile_ranks=[]", PLANTED])
     finally:
         ray.shutdown()

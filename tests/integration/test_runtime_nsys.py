@@ -81,7 +81,7 @@ def test_continuous_steps_all_ranks(ray_cluster, tmp_path):
         "trainer.total_training_steps=3", "trainer.profile_steps=[1,2]",
         "trainer.profile_continuous_steps=true", "trainer.controller_nsight_options=null",
         "actor_rollout_ref.actor.profile_ranks=[]", "actor_rollout_ref.rollout.profile_ranks=[]",
-        "+critic.profile_ranks_all=true", "reward_model.profile_ranks=[]"])
+        "critic.profile_ranks_all=true", "reward_model.profile_ranks=[]"])
     manifest = result["manifest"]
     assert files_on_disk(out) == planned_files(plan, manifest)
     assert [list(r["steps"]) for r in manifest["reports"]] == [[1, 2], [1, 2]]

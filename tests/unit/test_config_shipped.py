@@ -80,3 +80,40 @@ def test_steps_after_the_last_training_step_warn():
     loaded = load_config(str(PPO), ["trainer.profile_steps=[2,7]"])
     assert any(w.startswith("trainer.profile_steps: step(s) [7] come after "
                             "trainer.total_training_steps (3)") for w in loaded.warnings)
+
+
+# every role's block in the seed layout (the YAML path) and the keys each one reads
+SEED_COMPONENTS = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",
+                   "critic", "reward_model")
+
+
+def test_every_component_carries_every_per_component_key():
+    from verlprof.config.layouts import SEED_ROLE_FIELDS
+
+    raw = load_config(str(PPO), env={}).raw
+    lines = PPO.read_text().splitlines()
+    for component in SEED_COMPONENTS:
+        block = raw
+        for part in component.split("."):
+            block = block[part]
+        assert set(SEED_ROLE_FIELDS) <= set(block), (component, sorted(block))
+    # each one with its comment (test_every_profiling_key_is_commented checks the line above)
+    assert sum(1 for ln in lines if re.match(r"^\s*profile_(ranks|ranks_all|discrete):", ln)
+               ) == len(SEED_COMPONENTS) * len(SEED_ROLE_FIELDS)
+
+
+@pytest.mark.parametrize("component", SEED_COMPONENTS)
+@pytest.mark.parametrize("key, value", [("profile_ranks", "[0]"), ("profile_ranks_all", "true"),
+                                        ("profile_discrete", "false")])
+def test_per_component_overrides_need_no_plus(component, key, value):
+    # profile_discrete=false: roles sharing a process (hybrid engine) must keep agreeing
+    loaded = load_config(str(PPO), [f"{component}.{key}={value}"], env={})
+    block = loaded.raw
+    for part in component.split("."):
+        block = block[part]
+    assert block[key] == {"[0]": [0], "true": True, "false": False}[value]
+
+
+def test_critic_profile_ranks_all_as_the_docs_write_it():
+    loaded = load_config(str(PPO), ["critic.profile_ranks_all=true"], env={})
+    assert loaded.profiling.components.critic.all_ranks
