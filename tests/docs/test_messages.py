@@ -50,6 +50,23 @@ def test_plan_without_steps_says_what_to_set(tmp_path):
     assert "next steps: choose steps and ranks, e.g. 'trainer.profile_steps=[3,4]'" in out
 
 
+@pytest.mark.parametrize("overrides, reason", [
+    (["trainer.profiler.enabled=false"], "trainer.profiler.enabled is false"),
+    # the switch wins over missing steps: it is the reason nothing would run either way
+    (["trainer.profiler.enabled=false", "trainer.profile_steps=null"],
+     "trainer.profiler.enabled is false"),
+])
+def test_plan_with_profiling_disabled_says_why(tmp_path, overrides, reason):
+    rc, out, _ = snippets.run_verlprof(["plan", "--config", PPO, *overrides], {},
+                                       str(tmp_path))
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == f"Profiling is off: {reason}.", out
+    assert "no rank of any component is selected" not in out
+    assert f"next steps: nothing is profiled while {reason}; change that setting to profile" \
+        in out
+
+
 @pytest.fixture
 def quickstart_run(tmp_path) -> str:
     out = tmp_path / DEMO_OUTPUT

@@ -98,6 +98,8 @@ def to_profiling(draft: Draft) -> ProfilingConfig:
     data["components"] = {role: r.component() for role, r in draft.roles.items()}
     data["nsys"]["worker_options"] = dict(draft.worker_options or {})
     data["torch"] = dict(draft.torch)
+    if not draft.config.enabled:  # the key that turned profiling off, for `verlprof plan`
+        data["disabled_reason"] = draft.disabled_reason or "profiling is disabled"
     try:
         return dacite.from_dict(ProfilingConfig, data,
                                 config=dacite.Config(cast=[tuple], strict=True))

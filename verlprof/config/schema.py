@@ -248,6 +248,10 @@ class ProfilingConfig:
     """The verl release whose keys a verl-layout config uses, recognised from the keys present
     (None for the seed layout); it decides that release's semantics."""
 
+    disabled_reason: str = field(default="", metadata=SET_BY_LOADER)
+    """Why ``enabled`` is false, naming the key (``trainer.profiler.enabled is false``); empty
+    while enabled. ``verlprof plan`` prints it instead of a bare "off"."""
+
     @property
     def active(self) -> bool:
         """True when anything at all will be profiled."""

@@ -74,7 +74,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
                          rpc_timeout_s=config.rpc_timeout_s,
                          finalize_timeout_s=config.finalize_timeout_s),
-        finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release)
+        finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release,
+        disabled_reason="" if config.enabled else config.disabled_reason)
 
 
 def _has_windows(config: ProfilingConfig, roles: Tuple[str, ...], mode: Mode,

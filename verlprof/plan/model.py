@@ -168,6 +168,9 @@ class ProfilePlan:
     """Processes of the run that no setting can profile, with the reason."""
     verl_release: Optional[VerlRelease] = None
     """The verl release whose keys the config uses (None: not a verl layout)."""
+    disabled_reason: str = ""
+    """Why profiling is off though steps may be set, naming the key
+    (``trainer.profiler.enabled is false``); empty while profiling is on."""
 
     @property
     def steps(self) -> Tuple[int, ...]:

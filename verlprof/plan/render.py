@@ -34,7 +34,10 @@ def _steps_text(window) -> str:
 def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
     """Print ``plan`` as tables: overview, selected ranks, commands, expected files, warnings."""
     console = console or Console(width=140)
-    if not plan.step_windows:
+    if plan.disabled_reason:  # the switch, not the steps or ranks, is why nothing runs
+        console.print(_text(("Profiling is off", "bold"), f": {plan.disabled_reason}."),
+                      soft_wrap=True)
+    elif not plan.step_windows:
         console.print(_text(("Profiling is off", "bold"), " (no trainer.profile_steps)."))
     elif not plan.enabled:
         console.print(_text(("Profiling is off", "bold"),
@@ -76,6 +79,9 @@ def finish_hook_lines(plan: ProfilePlan) -> List[str]:
 
 def next_steps(plan: ProfilePlan) -> List[str]:
     """What to do after reading the plan: how to get the reports, then how to read them."""
+    if plan.disabled_reason:
+        return [f"next steps: nothing is profiled while {plan.disabled_reason}; change that "
+                "setting to profile (docs/user_guide.md)"]
     if not plan.enabled:
         return ["next steps: choose steps and ranks, e.g. 'trainer.profile_steps=[3,4]' "
                 "'actor_rollout_ref.actor.profile_ranks=[0]' (docs/user_guide.md)"]
