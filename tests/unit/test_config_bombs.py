@@ -46,7 +46,8 @@ def flow_list() -> str:
 CORPUS: List[tuple[str, Callable[[], str], str]] = [
     ("alias-bomb", alias_bomb, "expands to more than 10000 values"),
     ("oversized-file", oversized, f"a trainer config is at most {guard.MAX_YAML_BYTES}"),
-    ("huge-flow-list", flow_list, "expands to more than 10000 values"),
+    ("huge-flow-list", flow_list, "values (anchors/aliases or shared references counted per "
+                                  "use); at most 10000 are accepted"),
     ("bomb-in-a-mapping", lambda: "trainer: {}\n" + alias_bomb().replace("\n", "\n  ").join(
         ["blow:\n  ", ""]), "expands to more than 10000 values"),
 ]

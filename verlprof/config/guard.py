@@ -18,17 +18,17 @@ import yaml
 from verlprof.errors import ConfigError
 
 MAX_NODES = 10_000
-"""Most values (mappings, lists and scalars, counted as expanded) a config may hold.
+"""Most values (keys, mappings, lists and scalars, counted as expanded) a config may hold.
 
-verl's fully composed ``ppo_trainer.yaml`` holds under 1,000; ten times that leaves room for
-any real trainer config, while OmegaConf still loads it in about a second on one core (it
-builds some 10,000 nodes a second). An alias bomb expands to millions.
+verl 0.9's fully composed ``_generated_ppo_trainer.yaml`` holds about 2,100; five times that
+leaves room for any real trainer config, while OmegaConf still loads it in about a second on
+one core (it builds some 10,000 nodes a second). An alias bomb expands to millions.
 """
 
-MAX_YAML_BYTES = 256 * 1024
-"""Largest config file read. verl's ``ppo_trainer.yaml`` with every comment is about 40 KiB;
-composing 256 KiB (a flow list of some 100,000 values) takes well under a second, so a huge
-file is refused before the parser spends its time on it."""
+MAX_YAML_BYTES = 128 * 1024
+"""Largest config file read. verl 0.9's ``_generated_ppo_trainer.yaml``, the largest trainer
+config we know, is 35 KiB; composing 128 KiB (a flow list of some 65,000 values) takes about
+0.3 s, so a huge file is refused before the parser spends its time on it."""
 
 MAX_ENV_BYTES = 64 * 1024
 """Largest ``NRL_*`` variable read: a JSON object of a few nsys options is well under 1 KiB."""
