@@ -8,8 +8,10 @@ reader never has to guess what a directory should contain.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -173,11 +175,32 @@ def write_manifest(manifest: Manifest, output_dir: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     target = os.path.join(output_dir, paths.MANIFEST_NAME)
     fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=output_dir)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(manifest.to_dict(), handle, indent=2, sort_keys=False)
-        handle.write("\n")
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(manifest.to_dict(), handle, indent=2, sort_keys=False)
+            handle.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        # A full disk fails the write or the close: the temporary file must not stay behind
+        # (a 0-byte .manifest.* is all a user would find), and the old manifest stays whole.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return target
+
+
+def free_space(output_dir: str) -> str:
+    """``'12.0 KiB free'`` on ``output_dir``'s file system, for messages about a failed write
+    (a full disk is the usual cause, and the number tells the user at once)."""
+    try:
+        free = float(shutil.disk_usage(output_dir).free)
+    except OSError:
+        return "free space unknown"
+    for unit in ("bytes", "KiB", "MiB"):
+        if free < 1024:
+            return f"{free:.0f} bytes free" if unit == "bytes" else f"{free:.1f} {unit} free"
+        free /= 1024
+    return f"{free:.1f} GiB free"
 
 
 def read_manifest(output_dir: str) -> Manifest:

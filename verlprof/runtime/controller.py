@@ -41,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
 from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
-from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
+from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, free_space, write_manifest
 from verlprof.plan.model import FinishHookPlan, ProfilePlan
 from verlprof.records import (
     ON_RANK_FAILURE,
@@ -286,10 +286,11 @@ class ProfileController:
     def _write(self, manifest: Manifest) -> Manifest:
         try:
             write_manifest(manifest, self.plan.output_dir)
-        except OSError as err:
+        except OSError as err:  # one line naming the key and the free space (disk full?)
             raise ProfilingRuntimeError(
-                f"cannot write {paths.MANIFEST_NAME} to {self.plan.output_dir}: "
-                f"{err.strerror or err}") from None
+                f"trainer.profiler.output_dir: cannot write {paths.MANIFEST_NAME} to "
+                f"{self.plan.output_dir}: {err.strerror or err} "
+                f"({free_space(self.plan.output_dir)})") from None
         return manifest
 
     def _run_finish_hook(self, manifest: Manifest, hook: FinishHookPlan) -> Manifest:
