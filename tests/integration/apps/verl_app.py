@@ -60,15 +60,16 @@ class VerlTaskRunner:
         # verl 0.9.1's reward model has no profiler block: give it a disabled one
         rm_block = OmegaConf.create({"profiler": {
             **OmegaConf.to_container(config.critic.profiler), "enable": False, "ranks": []}})
+        resource_pools = [RayResourcePool([GLOBAL_RANKS], use_gpu=False, max_colocate_count=1),
+                          RayResourcePool([1], use_gpu=False, max_colocate_count=1,
+                                          name_prefix="reward_pool")]
         pools = {
-            "global_pool": group(RayResourcePool([GLOBAL_RANKS], use_gpu=False,
-                                                 max_colocate_count=1), {
+            "global_pool": group(resource_pools[0], {
                 "actor_rollout_ref": RayClassWithInitArgs(
                     cls=ray.remote(w.ActorRolloutRefWorker), config=config.actor_rollout_ref),
                 "critic": RayClassWithInitArgs(cls=ray.remote(w.CriticWorker),
                                                config=config.critic)}),
-            "reward_pool": group(RayResourcePool([1], use_gpu=False, max_colocate_count=1,
-                                                 name_prefix="reward_pool"), {
+            "reward_pool": group(resource_pools[1], {
                 "rm": RayClassWithInitArgs(cls=ray.remote(w.RewardModelWorker), config=rm_block)}),
         }
         actor, critic = pools["global_pool"]["actor_rollout_ref"], pools["global_pool"]["critic"]
@@ -90,9 +91,9 @@ class VerlTaskRunner:
                 actor.generate_sequences(step)
                 actor.compute_log_prob(step)
                 actor.compute_ref_log_prob(step)
-                critic.compute_values(step)
+                critic.infer_batch(step)
                 rm.compute_rm_score(step)
-                critic.update_critic(step)
+                critic.train_batch(step)
                 actor.update_actor(step)
                 trainer._stop_profiling(step in steps)
         manifest = bridge.finish()
@@ -105,6 +106,11 @@ class VerlTaskRunner:
         ray.wait([h.__ray_terminate__.remote() for h in handles], num_returns=len(handles),
                  timeout=60)
         problems = bridge.controller.wait_for_profilers(60)
+        # placement groups outlive the actor that made them (they belong to the job): give
+        # their CPUs back for the next run in this cluster
+        for pool in resource_pools:
+            for pg in pool.pgs or []:
+                ray.util.remove_placement_group(pg)
         return {"manifest": manifest.to_dict(), "pids": pids, "status": status,
                 "problems": problems}
 

@@ -49,7 +49,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return os.getpid()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    @DistProfiler.annotate(color="green", role="rollout_generate")
+    @DistProfiler.annotate(color="green")  # labelled by its method, as verl 0.4.1 did
     def generate_sequences(self, n: int) -> float:
         return _work() + n
 
@@ -70,6 +70,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
 
 
 class CriticWorker(Worker, DistProfilerExtension):
+    """As verl 0.9.1's critic (a ``TrainingWorker``): values come from ``infer_batch``, which
+    verl does not annotate, and the update is ``train_batch``."""
+
     def __init__(self, config):
         Worker.__init__(self)
         torch.set_num_threads(1)
@@ -80,13 +83,12 @@ class CriticWorker(Worker, DistProfilerExtension):
         return os.getpid()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    @DistProfiler.annotate(color="cyan", role="critic_compute_values")
-    def compute_values(self, n: int) -> float:
+    def infer_batch(self, n: int) -> float:
         return _work() + n
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     @DistProfiler.annotate(color="olive", role="train_batch")
-    def update_critic(self, n: int) -> float:
+    def train_batch(self, n: int) -> float:
         return _work() + n
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from verlprof.config.verl_release import role_of_method
+
 VERL_KEYS: Dict[str, Tuple[str, ...]] = {
     "actor_rollout_ref": ("actor", "rollout", "ref"),
     "actor_rollout": ("actor", "rollout"),
@@ -51,10 +53,16 @@ def fused_keys(attribute_names: Iterable[str]) -> Tuple[str, ...]:
 def phase_of(label: Optional[str], method: str, worker_key: Optional[str]) -> Tuple[str, str]:
     """(role, phase) of a call of ``method`` annotated with verl label ``label`` in a worker of
     role key ``worker_key``: the label's role prefix when it has one (``actor_update``,
-    ``ref_compute_log_prob``), else the worker's own role (a critic's ``train_batch``)."""
+    ``ref_compute_log_prob``); for a method verl annotates without a role label (0.4.1,
+    Megatron up to 0.6.0), the role verl's workers give that method (``generate_sequences`` is
+    the rollout's even in the hybrid worker); else the worker's own role (a critic's
+    ``train_batch``)."""
     if label:
         head = label.split("_", 1)[0]
         if head in PLANNED_ROLES:
             return head, method
+    known = role_of_method(method)
+    if known is not None and known in VERL_KEYS.get(worker_key or "", (known,)):
+        return known, method
     roles = VERL_KEYS.get(worker_key or "", ())
     return (roles[0] if roles else (worker_key or "worker")), method
