@@ -13,16 +13,14 @@ from verlprof.demo.run import plan_demo, run_trainer
 
 pytestmark = pytest.mark.integration
 
-VERL_LAYOUT = os.path.join(os.path.dirname(__file__), "..", "fixtures", "configs",
-                           "verl_global_profiler_flat.yaml")
+VERL_LAYOUT = os.path.join(os.path.dirname(__file__), "..", "..", "trainer_configs",
+                           "verl_ppo_trainer.yaml")
 
 
 def test_demo_runs_a_fused_pool_with_one_report_per_process(ray_cluster, tmp_path):
     loaded, plan, _ = plan_demo(VERL_LAYOUT, [
-        "trainer.device=cpu", "trainer.n_gpus_per_node=2", "global_profiler.tool=torch",
-        "+trainer.total_training_steps=2", "global_profiler.steps=[2]",
-        "global_profiler.global_tool_config.nsys.discrete=false",
-        f"global_profiler.save_path={tmp_path}"])
+        "global_profiler.tool=torch", "trainer.total_training_steps=2",
+        "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}"])
     assert [(g.name, g.roles) for g in plan.groups] == [
         ("global_pool", ("actor", "rollout", "critic"))]
     result = run_trainer(loaded, plan)
