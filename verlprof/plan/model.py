@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import dacite
 
+from verlprof.config.schema import ProfilingConfig
 from verlprof.config.topology import GroupTopology, UnprofiledGroup
 from verlprof.records import (
     Mode,
@@ -48,11 +49,12 @@ class RunPolicy:
     """How the controller behaves under faults (``trainer.profiler.*``; arguments of
     :class:`~verlprof.runtime.controller.ProfileController` override them)."""
 
-    on_rank_failure: OnRankFailure = "continue"
+    # the defaults are the schema's: each key is defined once (verlprof/config/schema.py)
+    on_rank_failure: OnRankFailure = ProfilingConfig.on_rank_failure
     """``continue``: record a failed rank and carry on; ``raise``: stop every window and raise."""
-    rpc_timeout_s: float = 120.0
+    rpc_timeout_s: float = ProfilingConfig.rpc_timeout_s
     """Seconds a start/stop RPC to a rank is waited for."""
-    finalize_timeout_s: float = 300.0
+    finalize_timeout_s: float = ProfilingConfig.finalize_timeout_s
     """Seconds each rank may take to finish writing its reports at the end."""
 
 

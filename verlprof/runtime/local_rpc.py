@@ -31,7 +31,7 @@ from concurrent.futures import Future, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from verlprof.records import Target
-from verlprof.runtime.rank_rpc import RankError, describe_error
+from verlprof.runtime.rank_rpc import RankError, describe_error, note_late
 
 DEFAULT_TIMEOUT_S = 120.0
 """As :class:`~verlprof.plan.model.RunPolicy`; the controller sets the plan's own."""
@@ -196,12 +196,8 @@ class InProcessRanks:
             else:
                 errors.append((target, f"{method} failed: {describe_error(err)}"))
         now = time.monotonic()
-        for future in late:
-            target = waited[future]
-            first_method, _, since = self.busy.get(target, (method, None, now))
-            self.busy[target] = (first_method, future, since)
-            errors.append((target, f"{method} did not answer within {timeout:g}s "
-                                   "(busy in a long call, or hung)"))
+        errors += [note_late(self.busy, waited[future], method, future, now, timeout)
+                   for future in late]
 
     def reap_busy(self) -> None:
         """Forget ranks whose last unanswered call has finished (noting deaths)."""

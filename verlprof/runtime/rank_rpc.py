@@ -65,6 +65,15 @@ def _is_death(err: BaseException) -> bool:
     return isinstance(err, RayActorError) and not isinstance(err, ActorUnavailableError)
 
 
+def note_late(busy: Dict[Target, Tuple[str, Any, float]], target: Target, method: str,
+              pending: Any, now: float, timeout_s: float) -> RankError:
+    """Record ``target`` as busy (keeping the method and time it first stopped answering, and
+    the call still pending now) and say so in one line."""
+    first, _, since = busy.get(target, (method, None, now))
+    busy[target] = (first, pending, since)
+    return target, f"{method} did not answer within {timeout_s:g}s (busy in a long call, or hung)"
+
+
 class RankCalls:
     """The controller's parallel RPCs to its planned ranks (``actors[(group, rank)]``)."""
 
@@ -119,12 +128,7 @@ class RankCalls:
                 if _is_death(err):
                     self.failed[target] = why
                 errors.append((target, f"{method} failed: {why}"))
-        for ref in late:
-            target = refs[ref]
-            first, _, since = self.busy.get(target, (method, None, now))
-            self.busy[target] = (first, ref, since)
-            errors.append((target, f"{method} did not answer within {timeout:g}s "
-                                   "(busy in a long call, or hung)"))
+        errors += [note_late(self.busy, refs[ref], method, ref, now, timeout) for ref in late]
         return results, errors
 
     def reap_busy(self) -> None:
