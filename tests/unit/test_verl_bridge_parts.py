@@ -74,6 +74,14 @@ def test_remote_call_reaches_only_verlprof_rpcs():
     assert remote_call(object(), "verlprof_status").configured is False
 
 
+def _python(code: str) -> str:
+    """What a fresh interpreter running ``code`` prints (it must succeed)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
 def test_verlprof_and_its_bridge_import_without_verl():
     code = ("import sys\n"
             "class NoVerl:\n"
@@ -84,10 +92,7 @@ def test_verlprof_and_its_bridge_import_without_verl():
             "import verlprof, verlprof.bridges.verl as bridge\n"
             "from verlprof import build_plan, load_config, ProfileController\n"
             "print(bridge.install())\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "[]"  # nothing to patch, and no error
+    assert _python(code) == "[]"  # nothing to patch, and no error
 
 
 def test_the_plugin_does_nothing_unless_asked():
@@ -95,7 +100,4 @@ def test_the_plugin_does_nothing_unless_asked():
             "os.environ.pop('VERLPROF_VERL_BRIDGE', None)\n"
             "import verlprof.bridges.verl.plugin\n"
             "print(sorted(m for m in sys.modules if m.startswith('verlprof.bridges.verl.')))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "['verlprof.bridges.verl.env', 'verlprof.bridges.verl.plugin']"
+    assert _python(code) == "['verlprof.bridges.verl.env', 'verlprof.bridges.verl.plugin']"

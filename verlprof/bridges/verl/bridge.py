@@ -94,8 +94,7 @@ def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[P
     the config; ``plan`` skips planning (the launcher plans once, before verl starts)."""
     install()
     if plan is None:
-        loaded = config_from_dict(config)
-        plan = build_plan(loaded.profiling, topology or loaded.topology)
+        plan = plan_of(config, topology)
     bridge = Bridge(plan, **controller_options)
     set_active_bridge(bridge)
     return bridge
