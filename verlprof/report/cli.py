@@ -63,6 +63,10 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                         help="reports read in parallel (default: one per core when there is "
                              "enough to read, else 1)")
+    parser.add_argument("--per-step", action="store_true", default=None,
+                        help="print one table per step and rank as well (default: only for "
+                             "up to 3 profiled steps, else one table across steps; summary.md "
+                             "always has them)")
     parser.add_argument("--no-picture", dest="picture", action="store_false",
                         help="skip timeline.png and timeline.html")
     return parser
@@ -75,7 +79,8 @@ def run_report_command(args: argparse.Namespace) -> int:
     try:
         summarize(args.output_dir, threshold=args.threshold,
                   min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
-                  jobs=args.jobs, picture=args.picture)
+                  jobs=args.jobs, picture=args.picture,
+                  per_step=getattr(args, "per_step", None))
     except ValueError as err:
         hint = ""
         if "no manifest here" in str(err):

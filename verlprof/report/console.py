@@ -1,4 +1,5 @@
-"""The summary in the terminal (rich): per-step tables, stragglers, problems, written files.
+"""The summary in the terminal (rich): the table across steps or the per-step tables,
+stragglers, problems, written files.
 
 Names, paths, hosts and reasons are data (:mod:`verlprof.safe_text`): they reach rich only as
 ``Text`` of their :func:`~verlprof.safe_text.visible` form, never as markup, so a range named
@@ -14,8 +15,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from verlprof.report.across import (
+    MAX_STRAGGLER_LINES,
+    across_table,
+    profiled_steps,
+    step_list,
+    stragglers_by_rank,
+)
 from verlprof.report.findings import Summary
-from verlprof.report.matrix import StepTable, ms, step_tables
+from verlprof.report.matrix import StepTable, ms, per_rank_fits, step_tables
 from verlprof.report.next_steps import next_steps
 from verlprof.safe_text import visible
 
@@ -27,45 +35,65 @@ def _line(console: Console, text: str, style: Optional[str] = None,
     console.print(Text.assemble(lead, line) if lead is not None else line, soft_wrap=True)
 
 
-def print_summary(summary: Summary, console: Console) -> None:
+PER_STEP_AUTO_MAX = 3
+"""Up to this many profiled steps the per-step tables are printed (as they always were);
+beyond, one table across steps, and the per-step tables with ``--per-step``."""
+MAX_PROBLEM_LINES = 10
+"""Missing or unreadable reports listed one by one; the rest are counted (summary.md lists
+every one): at 1,000 ranks a lost node is hundreds of reports."""
+
+
+def print_summary(summary: Summary, console: Console, per_step: Optional[bool] = None) -> None:
+    """Print the summary. ``per_step``: the per-step tables (None: only when the run has at
+    most :data:`PER_STEP_AUTO_MAX` profiled steps; then there is no across-steps table)."""
     s = summary
     if not s.records:
         console.print(Text("no phase ranges found in any report", style="yellow"))
-    tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps)
-    if tables and _width(tables[0]) > console.width:
-        tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=False)
-    for st in tables:
-        table = Table(title=st.title + "  (ms)", title_justify="left", header_style="bold")
-        widths = _widths(st)
-        spare = console.width - (sum(widths[st.numeric_from:]) + 3 * len(widths) + 1)
-        text_max = _share(widths[:st.numeric_from], spare)
-        for i, head in enumerate(st.header):
-            numeric = i >= st.numeric_from
-            table.add_column(head, justify="right" if numeric else "left", no_wrap=True,
-                             min_width=widths[i] if numeric else None,
-                             max_width=None if numeric else text_max[i])
-        for line in st.rows:
-            table.add_row(*[Text(visible(c.text), style="bold red" if c.flagged else "")
-                            for c in line])
-        console.print(table)
-    if s.stragglers:
-        console.print(Text.assemble(("stragglers", "bold red"),
-                                    f" (> {s.threshold:g}× the other ranks' median and ≥ "
-                                    f"{s.min_excess_ms:g} ms slower):"))
+    steps = profiled_steps(s.rows)
+    show_steps = len(steps) <= PER_STEP_AUTO_MAX if per_step is None else per_step
+    if len(steps) > PER_STEP_AUTO_MAX or (per_step is False and len(steps) > 1):
+        _print_table(console, across_table(s.rows, s.stragglers), "  (ms)")
+        if not show_steps:
+            _line(console, "per step and rank: verlprof report --per-step, or summary.md")
+    if show_steps:
+        tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps,
+                             per_rank=per_rank_fits(s.rows))
+        if tables and _width(tables[0]) > console.width:
+            tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=False)
+        for st in tables:
+            _print_table(console, st, "  (ms)")
+    rule = (f" (> {s.threshold:g}× the other ranks' median and ≥ {s.min_excess_ms:g} ms "
+            "slower)")
+    if s.stragglers and show_steps and len(s.stragglers) <= MAX_STRAGGLER_LINES:
+        console.print(Text.assemble(("stragglers", "bold red"), rule + ":"))
         for x in s.stragglers:
             _line(console, f"  step {x.step} {x.group} {x.name}: rank {x.rank}"
                   f"{' on ' + x.host if x.host else ''} {ms(x.duration_ns)} ms vs "
                   f"{ms(x.others_median_ns)} ms ({x.ratio:.2f}×)")
+    elif s.stragglers:
+        by_rank = stragglers_by_rank(s.stragglers)
+        console.print(Text.assemble(("stragglers", "bold red"), rule + f": {len(s.stragglers)}"
+                                    f" in {len({x.step for x in s.stragglers})} step(s), "
+                                    f"{len(by_rank)} rank × phase:"))
+        for x in by_rank[:MAX_STRAGGLER_LINES]:
+            _line(console, f"  {x.group} {x.name}: rank {x.rank}"
+                  f"{' on ' + x.host if x.host else ''} in {len(x.steps)} step(s) "
+                  f"({step_list(x.steps)}), up to {x.worst_ratio:.2f}×")
+        if len(by_rank) > MAX_STRAGGLER_LINES:
+            _line(console, f"  … and {len(by_rank) - MAX_STRAGGLER_LINES} more "
+                  "(summary.md lists every one)")
     elif s.records:
         _line(console, f"no stragglers (threshold {s.threshold:g}×, min excess "
               f"{s.min_excess_ms:g} ms)")
     if s.missing:
         console.print(Text(f"{len(s.missing)} report(s) missing, incomplete or unreadable:",
                            style="bold yellow"))
-        for p in s.missing:
-            steps = ",".join(map(str, p.steps))
-            _line(console, f"  {p.kind}: step {steps} {p.group} rank {p.rank} {p.component} "
-                  f"({p.path}): {p.reason}")
+        for p in s.missing[:MAX_PROBLEM_LINES]:
+            _line(console, f"  {p.kind}: step {','.join(map(str, p.steps))} {p.group} rank "
+                  f"{p.rank} {p.component} ({p.path}): {p.reason}")
+        if len(s.missing) > MAX_PROBLEM_LINES:
+            _line(console, f"  … and {len(s.missing) - MAX_PROBLEM_LINES} more (summary.md "
+                  "lists every one)")
     for warning in s.warnings:
         _line(console, warning, lead=Text("warning: ", style="yellow"))
     for note in s.notes:
@@ -74,6 +102,22 @@ def print_summary(summary: Summary, console: Console) -> None:
         _line(console, f"{name}: {path}")
     for hint in next_steps(s):  # its paths are already shell words (safe_text.shell_quote)
         _line(console, hint)
+
+
+def _print_table(console: Console, st: StepTable, unit: str) -> None:
+    table = Table(title=st.title + unit, title_justify="left", header_style="bold")
+    widths = _widths(st)
+    spare = console.width - (sum(widths[st.numeric_from:]) + 3 * len(widths) + 1)
+    text_max = _share(widths[:st.numeric_from], spare)
+    for i, head in enumerate(st.header):
+        numeric = i >= st.numeric_from
+        table.add_column(head, justify="right" if numeric else "left", no_wrap=True,
+                         min_width=widths[i] if numeric else None,
+                         max_width=None if numeric else text_max[i])
+    for line in st.rows:
+        table.add_row(*[Text(visible(c.text), style="bold red" if c.flagged else "")
+                        for c in line])
+    console.print(table)
 
 
 def _widths(st: StepTable) -> List[int]:

@@ -3,6 +3,11 @@
 Rows are (group, role/phase) in PPO order, columns are ranks (ms), then min / median / max
 across ranks; a straggler's cell is flagged. GPU columns (median kernel ms and count across
 ranks) appear only when some report had GPU data.
+
+When the ranks do not fit one column each (more than
+:data:`~verlprof.report.table.MANY_RANKS` in a cell, or a narrow terminal) a row is the
+phase's distribution across ranks instead: how many ranks, min / median / p95 / max, how many
+were stragglers and the slowest ranks by name (``r7!`` when flagged).
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof.report.model import StepSpan
 from verlprof.report.stragglers import Straggler
-from verlprof.report.table import PhaseRow, Spread, group_order, has_gpu_data, phase_order
+from verlprof.report.table import (
+    MANY_RANKS,
+    PhaseRow,
+    Spread,
+    group_order,
+    has_gpu_data,
+    phase_order,
+)
 
 
 @dataclass(frozen=True)
@@ -37,13 +49,23 @@ def ms(ns: Optional[float], digits: int = 1) -> str:
     return "-" if ns is None else f"{ns / 1e6:.{digits}f}"
 
 
+def per_rank_fits(rows: Sequence[PhaseRow]) -> bool:
+    """Whether every cell has few enough ranks for one column per rank."""
+    counts: Dict[tuple, int] = {}
+    for row in rows:
+        key = (row.step, row.group, row.role, row.phase)
+        counts[key] = counts.get(key, 0) + 1
+    return max(counts.values(), default=0) <= MANY_RANKS
+
+
 def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
                 stragglers: Sequence[Straggler], steps: Sequence[StepSpan],
                 per_rank: bool = True) -> List[StepTable]:
     """One table per step with rows, in step order.
 
     ``per_rank`` False (narrow terminals, many ranks): no column per rank; instead the number
-    of ranks and the slowest one (``r3!`` when it is a straggler) after min / median / max.
+    of ranks, min / median / p95 / max, the number of stragglers and the slowest rank (the
+    slowest three in a cell of more than ``MANY_RANKS``; ``r3!`` when it is a straggler).
     """
     gpu = has_gpu_data(rows)
     ranks = sorted({r.rank for r in rows})
@@ -56,9 +78,8 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
         cell[row.rank] = row
     rank_cols = ranks if per_rank else []
     header = ["group", "phase"] + ([f"r{rank}" for rank in rank_cols] if per_rank else
-                                   ["ranks"]) + ["min", "median", "max"]
-    if not per_rank:
-        header.append("slowest")
+                                   ["ranks"]) + ["min", "median"]
+    header += ["max"] if per_rank else ["p95", "max", "stragglers", "slowest"]
     if gpu:
         header += ["kernel ms", "kernels"]
     tables = []
@@ -85,12 +106,13 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
             if not per_rank:
                 line.append(Cell(str(len(spread.ranks))))
             line += [Cell(ms(spread.min_ns) if many else ""),
-                     Cell(ms(spread.median_ns) if many else ""),
-                     Cell(ms(spread.max_ns) if many else "")]
-            if not per_rank:
-                slow = (step, group, role, phase, spread.slowest_rank) in flagged
-                line.append(Cell(f"r{spread.slowest_rank}" + ("!" if slow else "")
-                                 if many else "", slow))
+                     Cell(ms(spread.median_ns) if many else "")]
+            if per_rank:
+                line.append(Cell(ms(spread.max_ns) if many else ""))
+            else:
+                line += [Cell(ms(spread.p95_ns) if many else ""),
+                         Cell(ms(spread.max_ns) if many else "")]
+                line += _slowest_cells(spread, flagged) if many else [Cell(""), Cell("")]
             if gpu:
                 kern = [r.kernel_ns for r in members.values() if r.kernel_ns is not None]
                 count = [r.kernel_count for r in members.values() if r.kernel_count is not None]
@@ -104,3 +126,13 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
             title += " (controller)" if span.source == "controller" else " (extent of phases)"
         tables.append(StepTable(step=step, title=title, header=tuple(header), rows=tuple(lines)))
     return tables
+
+
+def _slowest_cells(spread: Spread, flagged: set) -> List[Cell]:
+    """The stragglers count and the slowest rank(s) of one cell, ``!`` on the flagged."""
+    key = (spread.step, spread.group, spread.role, spread.phase)
+    count = sum(1 for rank in spread.ranks if key + (rank,) in flagged)
+    shown = spread.slowest_ranks if len(spread.ranks) > MANY_RANKS else (spread.slowest_rank,)
+    names = [f"r{rank}" + ("!" if key + (rank,) in flagged else "") for rank in shown]
+    return [Cell(str(count) if count else "", bool(count)),
+            Cell(" ".join(names), any(n.endswith("!") for n in names))]

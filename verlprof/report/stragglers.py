@@ -4,16 +4,18 @@ For every (step, group, role, phase) run by at least two ranks, the slowest rank
 when its duration exceeds ``threshold`` × the median of the *other* ranks **and** exceeds it
 by at least ``min_excess_ms``. The median of the others (not of all) keeps one slow rank from
 raising its own bar; the absolute floor keeps millisecond jitter on short phases from being
-flagged. Only the slowest rank of a cell can be flagged, so one row per cell at most.
+flagged. In a cell of up to :data:`~verlprof.report.table.MANY_RANKS` ranks only the slowest
+rank can be flagged, so one row per cell at most. In a larger cell (hundreds of ranks, where a
+slow node holds several ranks) every rank that passes both tests against the median of the
+others is flagged: one slow node's 8 ranks are 8 stragglers, not 1.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from verlprof.report.table import PhaseRow, group_order, phase_order
+from verlprof.report.table import MANY_RANKS, PhaseRow, group_order, phase_order
 
 DEFAULT_THRESHOLD = 1.5
 """Flag when slowest > threshold × median of the other ranks..."""
@@ -61,14 +63,27 @@ def find_stragglers(rows: Sequence[PhaseRow], threshold: float = DEFAULT_THRESHO
     for (step, group, role, phase), members in cells.items():
         if len(members) < 2:
             continue
-        slowest = max(members, key=lambda r: (r.duration_ns, -r.rank))
-        others = [r.duration_ns for r in members if r is not slowest]
-        median = statistics.median(others)
-        excess = slowest.duration_ns - median
-        if slowest.duration_ns > threshold * median and excess >= min_excess_ns:
-            ratio = slowest.duration_ns / median if median > 0 else float("inf")
+        members.sort(key=lambda r: (-r.duration_ns, r.rank))  # slowest first
+        ascending = [r.duration_ns for r in reversed(members)]
+        candidates = members if len(members) > MANY_RANKS else members[:1]
+        for place, row in enumerate(candidates):
+            median = _median_without(ascending, len(ascending) - 1 - place)
+            excess = row.duration_ns - median
+            if not (row.duration_ns > threshold * median and excess >= min_excess_ns):
+                break  # the next one is no slower, and the others' median no lower
+            ratio = row.duration_ns / median if median > 0 else float("inf")
             out.append(Straggler(step=step, group=group, role=role, phase=phase,
-                                 rank=slowest.rank, duration_ns=slowest.duration_ns,
-                                 others_median_ns=int(median), ratio=ratio, host=slowest.host))
-    out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role))
+                                 rank=row.rank, duration_ns=row.duration_ns,
+                                 others_median_ns=int(median), ratio=ratio, host=row.host))
+    out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role, s.rank))
     return out
+
+
+def _median_without(ascending: Sequence[int], index: int) -> float:
+    """Median of ``ascending`` (sorted) without its element at ``index``, in O(1)."""
+    count = len(ascending) - 1
+
+    def at(k: int) -> int:
+        return ascending[k if k < index else k + 1]
+
+    return (at((count - 1) // 2) + at(count // 2)) / 2

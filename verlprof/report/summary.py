@@ -34,7 +34,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
               min_excess_ms: float = DEFAULT_MIN_EXCESS_MS, jobs: Optional[int] = None,
               picture: bool = True, console: Optional[Console] = None, write: bool = True,
               export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
-              progress: Optional[bool] = None) -> Summary:
+              progress: Optional[bool] = None, per_step: Optional[bool] = None) -> Summary:
     """Summarise ``output_dir`` (a directory with a ``manifest.json``).
 
     Reads every report (``jobs`` processes, default one per core), builds the per-step table,
@@ -44,7 +44,9 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     writes ``summary/summary.csv``, ``summary.md`` and, when ``picture``, ``timeline.png`` and
     ``timeline.html``. Raises ValueError (one line) when ``output_dir`` has no valid manifest
     or a setting is out of range; a bad report never raises. ``progress``: show the reading
-    progress on stderr (default: when ``console`` is not given, as in the CLI).
+    progress on stderr (default: when ``console`` is not given, as in the CLI). ``per_step``:
+    print the per-step tables (default: only for up to 3 profiled steps; beyond, one table
+    across steps; summary.md always has both).
     """
     if threshold <= 0:
         raise ValueError(f"--threshold must be positive, got {threshold:g}")
@@ -61,7 +63,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     if write:
         write_outputs(summary, picture=picture)
     print_to = console if console is not None else default_console()
-    print_summary(summary, print_to)
+    print_summary(summary, print_to, per_step)
     return summary
 
 

@@ -7,6 +7,7 @@ columns stay None when no report of the row had kernel/memcpy data, so "not meas
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -20,6 +21,12 @@ KNOWN_PHASES = (
 """verl's worker phases in the order a PPO step calls them: rows and colours follow it."""
 GROUP_ORDER = (CONTROLLER_GROUP, "actor_rollout_ref", "actor", "rollout", "ref", "critic", "rm")
 """Groups in display order; others follow alphabetically."""
+MANY_RANKS = 16
+"""A cell run by more ranks than this is shown as its distribution across ranks (min, median,
+p95, max, the slowest ranks, the stragglers) instead of one column or lane per rank: 16 ranks
+still fit a terminal and a picture one by one, 1,024 do not."""
+SLOWEST_SHOWN = 3
+"""Slowest ranks named per cell when it is shown as a distribution."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,20 @@ class Spread:
     median_ns: int
     max_ns: int
     slowest_rank: int
+    p95_ns: int = 0
+    """95th percentile across ranks (nearest rank: a duration some rank really had)."""
+    slowest_ranks: Tuple[int, ...] = ()
+    """Up to :data:`SLOWEST_SHOWN` ranks, slowest first."""
 
     @property
     def name(self) -> str:
         return f"{self.role}/{self.phase}"
+
+
+def quantile(ordered: Sequence[int], q: float) -> int:
+    """Nearest-rank ``q`` quantile (0..1) of an ascending, non-empty sequence."""
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index]
 
 
 def phase_order(phase: str) -> Tuple[int, str]:
@@ -107,12 +124,13 @@ def build_spreads(rows: Sequence[PhaseRow]) -> List[Spread]:
     out = []
     for (step, group, role, phase), members in cells.items():
         members.sort(key=lambda r: r.rank)
-        durations = [r.duration_ns for r in members]
-        slowest = max(members, key=lambda r: (r.duration_ns, -r.rank))
+        durations = sorted(r.duration_ns for r in members)
+        slow = sorted(members, key=lambda r: (-r.duration_ns, r.rank))[:SLOWEST_SHOWN]
         out.append(Spread(step=step, group=group, role=role, phase=phase,
-                          ranks=tuple(r.rank for r in members), min_ns=min(durations),
-                          median_ns=int(statistics.median(durations)), max_ns=max(durations),
-                          slowest_rank=slowest.rank))
+                          ranks=tuple(r.rank for r in members), min_ns=durations[0],
+                          median_ns=int(statistics.median(durations)), max_ns=durations[-1],
+                          slowest_rank=slow[0].rank, p95_ns=quantile(durations, 0.95),
+                          slowest_ranks=tuple(r.rank for r in slow)))
     out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role))
     return out
 
