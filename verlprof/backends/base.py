@@ -33,6 +33,11 @@ if TYPE_CHECKING:  # types only: the plan's builder imports the backends
 PERFETTO_URL = "https://ui.perfetto.dev"
 """Where Chrome / Perfetto traces open (torch traces, rocprof-sys output)."""
 
+PENDING_AT_EXIT = ("pending: written when the process exits, collected once the workers have "
+                   "exited (ProfileController.wait_for_profilers)")
+"""Reason of an ``incomplete`` entry whose tool writes at process exit (see
+:attr:`Backend.output_at_exit`), until it is collected."""
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -91,6 +96,11 @@ class Backend:
     """The ``trainer.profiler.tool`` value."""
     has_reader = False
     """Whether ``verlprof report`` can read its reports."""
+    output_at_exit = False
+    """The tool writes one output per process, when the process exits, covering all its
+    windows (rocprof-sys): the plan gives every window of a process the same report path,
+    finalize records the entries as pending (:data:`PENDING_AT_EXIT`), and
+    ``ProfileController.wait_for_profilers`` collects them after the workers exit."""
 
     @property
     def extension(self) -> str:
@@ -120,6 +130,12 @@ class Backend:
     def capture(self, plan: ProcessPlan) -> Capture:
         """The capture a selected process runs (imported on first use: workers only)."""
         raise NotImplementedError
+
+    def exit_outputs(self, process: ProcessPlan, pid: int) -> Tuple[str, List[str]]:
+        """Only with :attr:`output_at_exit`, on the process's node, after it exited: the
+        directory it wrote into and the files in it (relative paths) that process ``pid``
+        wrote, never another process's."""
+        return "", []
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],

@@ -272,6 +272,9 @@ class PPOTrainer:
             processes = self.worker_identities()
         finally:
             self.shutdown_workers()
+        # finalize() again: the manifest as rewritten once the workers exited (rocprof-sys
+        # output is gathered then, ProfileController.wait_for_profilers)
+        manifest = self.controller.finalize()
         return {"manifest": manifest.to_dict(), "history": history, "processes": processes,
                 "controller": {"host": self.controller.host, "pid": self.controller.pid},
                 "failed_ranks": [[g, r, why] for (g, r), why in

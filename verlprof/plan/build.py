@@ -150,10 +150,18 @@ def _phases(config: ProfilingConfig, role: str) -> Tuple[str, ...]:
 
 def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
                      roles: Tuple[str, ...], mode: Mode,
-                     step_windows: Tuple[StepWindow, ...]) -> Tuple[Window, ...]:
+                     step_windows: Tuple[StepWindow, ...],
+                     per_process: bool = False) -> Tuple[Window, ...]:
+    # a tool writing one output per process at exit (rocprof-sys): every window's report is
+    # that output, named for the process's group and its first to last profiled step
+    shared = paths.report_relpath(config.filename_template, tuple(s for w in step_windows
+                                                                  for s in w),
+                                  group.name, rank, config.tool) if per_process else None
+
     def report(steps: StepWindow, component: str, role: Optional[str] = None,
                phase: Optional[str] = None) -> Report:
-        path = paths.report_relpath(config.filename_template, steps, component, rank, config.tool)
+        path = shared or paths.report_relpath(config.filename_template, steps, component, rank,
+                                              config.tool)
         return Report(steps=steps, group=group.name, rank=rank, component=component,
                       backend=config.tool, path=path, role=role, phase=phase,
                       roles=(role,) if role else group.roles)
@@ -172,7 +180,8 @@ def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
 def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                   group: GroupTopology, rank: int, selecting: Tuple[str, ...], mode: Mode,
                   step_windows: Tuple[StepWindow, ...], warnings: List[str]) -> ProcessPlan:
-    windows = _process_windows(config, group, rank, selecting, mode, step_windows)
+    windows = _process_windows(config, group, rank, selecting, mode, step_windows,
+                               backend.output_at_exit)
     launch = backend.worker_launch(config, topology, group, rank, len(windows), warnings)
     return ProcessPlan(group=group.name, rank=rank, roles=group.roles, selected_roles=selecting,
                        mode=mode, backend=config.tool, windows=windows, launch_argv=launch.argv,

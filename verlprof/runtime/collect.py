@@ -4,6 +4,11 @@ No shared filesystem is assumed. A report written on the controller's node is re
 place; one written on another node is read from its worker over Ray in chunks, written under
 output_dir, checked for size, and only then deleted on the worker. Where output_dir is on a
 shared filesystem the result is the same: it ends up there.
+
+A tool that writes when the process exits (rocprof-sys) has nothing to collect at finalize: its
+entries are written pending, and :func:`collect_at_exit`, run once the workers have exited
+(``ProfileController.wait_for_profilers``), moves each process's files into its one contract
+directory and marks every window entry of that process ``ok``.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import dataclasses
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from verlprof import paths
-from verlprof.backends.base import worker_report
-from verlprof.manifest import ReportEntry
-from verlprof.plan.model import ProcessPlan
+from verlprof.backends import get_backend
+from verlprof.backends.base import PENDING_AT_EXIT, worker_report
+from verlprof.manifest import Manifest, ReportEntry
+from verlprof.plan.model import ProcessPlan, ProfilePlan
 from verlprof.records import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
@@ -27,6 +33,7 @@ from verlprof.records import (
     Transfer,
     WorkerReport,
 )
+from verlprof.runtime.teardown import discard, exit_outputs_on_nodes, on_node, read_chunk
 
 CHUNK_BYTES = 8 << 20
 """Bytes per Ray call when a report moves between nodes (keeps object-store pressure low)."""
@@ -44,7 +51,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
     raw = item.raw_path
     if status == STATUS_OK and raw:
         try:
-            target = _report_target(output_dir, relpath, raw)
+            target = _report_target(output_dir, relpath, os.path.isdir(raw))
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if not where.node_id or where.node_id == local_node_id:
                 if os.path.isdir(raw):
@@ -53,7 +60,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                     shutil.move(raw, target)
                 transfer = "rename"
             else:
-                _fetch_over_ray(actor, raw, target)
+                _fetch_over_ray(_actor_reader(actor, raw), target)
                 transfer = "ray"
             size = _size(target)
             if size == 0 or (item.bytes and size != item.bytes):
@@ -68,13 +75,14 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                           window_end_ns=item.window_end_ns, transfer=transfer)
 
 
-def _report_target(output_dir: str, relpath: str, raw: str) -> str:
-    """Where a report goes: strictly below output_dir, at a normalised relative path, never
-    onto an existing directory (a bad entry must not land somewhere unplanned)."""
+def _report_target(output_dir: str, relpath: str, is_dir: bool) -> str:
+    """Where a report goes: strictly below output_dir, at a normalised relative path, never a
+    file onto an existing directory or a directory onto a file (a bad entry must not land
+    somewhere unplanned)."""
     target = paths.inside(output_dir, relpath)  # ValueError if it escapes
     if (not relpath or os.path.isabs(relpath) or os.path.normpath(relpath) != relpath
             or target == os.path.realpath(output_dir)
-            or (os.path.isdir(target) and not os.path.isdir(raw))):
+            or (os.path.exists(target) and os.path.isdir(target) != is_dir)):
         raise ValueError(f"{relpath!r} is not a report path inside {output_dir}")
     return target
 
@@ -111,19 +119,107 @@ def partial_reports(process: ProcessPlan, where: ProcessIdentity) -> List[str]:
             if n == prefix or n.startswith(prefix + ".") or n.startswith(prefix + "_")]
 
 
-def _fetch_over_ray(actor: Any, raw: str, target: str) -> None:
+def _actor_reader(actor: Any, raw: str) -> Callable[[int], bytes]:
     import ray
 
+    return lambda offset: ray.get(actor.verlprof_read_chunk.remote(raw, offset, CHUNK_BYTES))
+
+
+def _node_reader(node: str, directory: str, relpath: str) -> Callable[[int], bytes]:
+    def read(offset: int) -> bytes:
+        chunk = on_node(read_chunk, node, directory, relpath, offset, CHUNK_BYTES)
+        if not isinstance(chunk, bytes):
+            raise TimeoutError(f"its node did not send {relpath} within 60s")
+        return chunk
+    return read
+
+
+def _fetch_over_ray(read: Callable[[int], bytes], target: str) -> None:
+    """Copy a file from another node, chunk by chunk (``read(offset)``), then rename it."""
     partial = target + ".part"
     offset = 0
     with open(partial, "wb") as handle:
         while True:
-            chunk = ray.get(actor.verlprof_read_chunk.remote(raw, offset, CHUNK_BYTES))
+            chunk = read(offset)
             handle.write(chunk)
             offset += len(chunk)
             if len(chunk) < CHUNK_BYTES:
                 break
     os.replace(partial, target)
+
+
+def collect_at_exit(manifest: Manifest, plan: ProfilePlan, timeout_s: float,
+                    local_node: str) -> Tuple[Manifest, List[str]]:
+    """After the workers exited: gather the output each pending process wrote at exit (found
+    by its pid, never another process's) into the report path its windows share, and return
+    the manifest with those entries ``ok`` (size, transfer), everything else kept, and the
+    problems, one line each (also added to its warnings). Unchanged (the same object) when
+    nothing is pending."""
+    if not get_backend(plan.tool).output_at_exit:
+        return manifest, []
+    pending: Dict[Target, List[int]] = {}
+    for index, entry in enumerate(manifest.reports):
+        if entry.status == STATUS_INCOMPLETE and entry.reason == PENDING_AT_EXIT and entry.pid:
+            pending.setdefault((entry.group, entry.rank), []).append(index)
+    processes = {(p.group, p.rank): p for p in plan.processes}
+    pending = {t: i for t, i in pending.items() if t in processes}
+    if not pending:
+        return manifest, []
+    asks = {t: (manifest.reports[i[0]].node_id, processes[t], manifest.reports[i[0]].pid)
+            for t, i in pending.items()}
+    found = exit_outputs_on_nodes(plan.tool, asks, timeout_s, local_node)
+    entries = list(manifest.reports)
+    problems: List[str] = []
+    for (group, rank), indices in pending.items():
+        outcome = place_exit_output(entries[indices[0]], found.get((group, rank)),
+                                    plan.output_dir, local_node)
+        if outcome["status"] != STATUS_OK:
+            problems.append(f"{group} rank {rank}: {outcome['reason']}")
+        for index in indices:
+            entries[index] = dataclasses.replace(entries[index], **outcome)
+    warnings = tuple(dict.fromkeys(manifest.warnings + tuple(problems)))
+    return dataclasses.replace(manifest, reports=tuple(entries), warnings=warnings), problems
+
+
+def place_exit_output(entry: ReportEntry,
+                      found: Optional[Tuple[str, List[Tuple[str, int]], str]],
+                      output_dir: str, local_node: str) -> Dict[str, Any]:
+    """Move one exited process's files (``found``: directory, [(relative file, bytes)],
+    problem) into the directory ``entry.path``; the entry fields that change."""
+    if found is None:
+        return dict(status=STATUS_INCOMPLETE, reason=f"the node of pid {entry.pid} did not "
+                    "answer; its output stays where the process wrote it")
+    directory, files, problem = found
+    if problem:
+        return dict(status=STATUS_INCOMPLETE, reason=f"{problem}; its output is written "
+                    "when it exits")
+    if not files:
+        return dict(status=STATUS_MISSING, reason=f"no output of pid {entry.pid} in "
+                    f"{directory} after the process exited (it is written at a normal exit)")
+    remote = bool(entry.node_id) and entry.node_id != local_node
+    try:
+        target = _report_target(output_dir, entry.path, True)
+        os.makedirs(target, exist_ok=True)
+        size = 0
+        for relpath, _ in files:
+            dest = paths.inside(target, relpath)  # ValueError if it escapes
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if remote:
+                _fetch_over_ray(_node_reader(entry.node_id, directory, relpath), dest)
+            else:
+                shutil.move(paths.inside(directory, relpath), dest)
+            size += os.path.getsize(dest)
+    except Exception as err:  # one process's failure must not lose the others
+        return dict(status=STATUS_MISSING,
+                    reason=" ".join(f"could not collect {directory}: {err}".split()))
+    expected = sum(n for _, n in files)
+    if size != expected:
+        return dict(status=STATUS_INCOMPLETE, bytes=size,
+                    reason=f"{size} of {expected} bytes arrived")
+    if remote:
+        on_node(discard, entry.node_id, directory, [r for r, _ in files])
+    return dict(status=STATUS_OK, reason=None, bytes=size,
+                transfer="ray" if remote else "rename")
 
 
 def _size(path: str) -> int:

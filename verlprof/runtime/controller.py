@@ -53,7 +53,12 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime import finish_hook
-from verlprof.runtime.collect import move_all, partial_reports, unreachable_reports
+from verlprof.runtime.collect import (
+    collect_at_exit,
+    move_all,
+    partial_reports,
+    unreachable_reports,
+)
 from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
@@ -308,13 +313,19 @@ class ProfileController:
     def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
         """Call after the workers have exited, before ``ray.shutdown()``: waits until each
         wrapped process's profiler has finished writing and ended (see
-:mod:`verlprof.runtime.teardown`).
+:mod:`verlprof.runtime.teardown`), then gathers what a tool wrote at exit (rocprof-sys) and
+        rewrites the manifest with it (:meth:`finalize` then returns that one).
         Returns problems, one line each (also recorded as warnings)."""
         by_node: Dict[str, List[int]] = {}
         for identity in self._identity.values():
             if identity.profiler_pid:
                 by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
         problems = settle_on_nodes(by_node, timeout_s)
+        if self._finalized is not None:  # output written at exit (rocprof-sys): gather it now
+            manifest, late = collect_at_exit(self._finalized, self.plan, timeout_s, node_id())
+            if manifest is not self._finalized:  # finalize() now returns the rewritten one
+                self._finalized = self._write(manifest)
+            problems += late
         self._warnings.extend(problems)
         return problems
 

@@ -5,15 +5,24 @@ after it). ``ray.shutdown()`` in that gap kills nsys mid-write (Ray issue #60904
 ``nsys --start-agent`` processes behind. :func:`settle_profilers` runs on each node (a Ray task
 pinned there) and waits, bounded, for the given profiler pids to exit, then ends agents whose
 owning nsys is gone.
+
+A tool that writes its output when the process exits (rocprof-sys) is collected afterwards:
+:func:`exit_outputs_on_nodes` waits on each process's node until it has exited and lists the
+files that process wrote; :func:`read_chunk` and :func:`discard` move them from another node.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from verlprof import paths
+from verlprof.backends import get_backend
 from verlprof.backends.nsys.cli import reap_orphan_agents
 from verlprof.backends.nsys.procs import send_signal
+from verlprof.plan.model import ProcessPlan
+from verlprof.records import Target
 from verlprof.worker.identity import node_id as this_node_id
 
 POLL_S = 0.2
@@ -54,6 +63,75 @@ def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> Lis
     return problems
 
 
+ExitOutput = Tuple[str, List[Tuple[str, int]], str]
+"""(directory, [(file relative to it, bytes)], problem) of one exited process."""
+
+
+def exit_outputs(tool: str, process: ProcessPlan, pid: int, timeout_s: float) -> ExitOutput:
+    """On the process's node: wait (bounded) until ``pid`` has exited, then the files it
+    wrote at exit (the backend tells them apart by pid), with their sizes."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if alive(pid):
+        return "", [], f"pid {pid} was still running after {timeout_s:g}s"
+    directory, names = get_backend(tool).exit_outputs(process, pid)
+    files = []
+    for name in names:
+        try:
+            files.append((name, os.path.getsize(os.path.join(directory, name))))
+        except OSError:
+            continue
+    return directory, files, ""
+
+
+def exit_outputs_on_nodes(tool: str, asks: Dict[Target, Tuple[str, ProcessPlan, int]],
+                          timeout_s: float, local_node: str) -> Dict[Target, ExitOutput]:
+    """:func:`exit_outputs` for each (node, process, pid): directly for this node, as a Ray
+    task pinned to the process's node otherwise; all at once. A node that does not answer
+    has no entry."""
+    import ray
+
+    remote = {t: task_on_node(exit_outputs, node).remote(tool, process, pid, timeout_s)
+              for t, (node, process, pid) in asks.items() if node and node != local_node}
+    out = {t: exit_outputs(tool, process, pid, timeout_s)
+           for t, (node, process, pid) in asks.items() if t not in remote}
+    if remote:
+        ready, _ = ray.wait(list(remote.values()), num_returns=len(remote),
+                            timeout=timeout_s + 30)
+        done = set(ready)
+        out.update({t: ray.get(ref) for t, ref in remote.items() if ref in done})
+    return out
+
+
+def read_chunk(directory: str, relpath: str, offset: int, size: int) -> bytes:
+    """Part of a file below ``directory`` (never outside it), for a controller elsewhere."""
+    with open(paths.inside(directory, relpath), "rb") as handle:
+        handle.seek(offset)
+        return handle.read(size)
+
+
+def discard(directory: str, relpaths: Sequence[str]) -> int:
+    """Delete files below ``directory`` once the controller holds their copies."""
+    gone = 0
+    for relpath in relpaths:
+        try:
+            os.remove(paths.inside(directory, relpath))
+            gone += 1
+        except (OSError, ValueError):
+            continue
+    return gone
+
+
+def on_node(func, node_id: str, *args, timeout_s: float = 60.0) -> Optional[object]:
+    """``func(*args)`` on Ray node ``node_id`` (a pinned task), waited for, bounded; None
+    when it does not answer in time."""
+    import ray
+
+    ready, _ = ray.wait([task_on_node(func, node_id).remote(*args)], timeout=timeout_s)
+    return ray.get(ready[0]) if ready else None
+
+
 def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0) -> bool:
     """Send ``signum`` to ``pid`` on Ray node ``node_id`` (directly when it is this node)."""
     import ray
@@ -80,4 +158,5 @@ def task_on_node(func, node_id: str):
     return ray.remote(num_cpus=0)(func).options(**options)
 
 
-__all__ = ["alive", "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]
+__all__ = ["alive", "discard", "exit_outputs", "exit_outputs_on_nodes", "on_node", "read_chunk",
+           "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, List, Tuple
 from verlprof.backends.base import PERFETTO_URL, Backend, Capture, Launch
 from verlprof.backends.rocprof_sys.argv import rocprof_argv, rocprof_env
 from verlprof.backends.rocprof_sys.capture import RocprofCapture
+from verlprof.backends.rocprof_sys.output import files_of_pid, output_settings
 from verlprof.errors import ConfigError
 from verlprof.safe_text import shell_quote
 
@@ -23,6 +24,7 @@ EXECUTABLE_KEY = "trainer.profiler.rocprof_sys.executable"
 
 class RocprofSysBackend(Backend):
     name = "rocprof_sys"
+    output_at_exit = True  # one set of files per process, written at exit (output.py)
 
     def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
                       rank: int, windows: int, warnings: List[str]) -> Launch:
@@ -36,6 +38,10 @@ class RocprofSysBackend(Backend):
 
     def capture(self, plan: ProcessPlan) -> Capture:
         return RocprofCapture(plan)
+
+    def exit_outputs(self, process: ProcessPlan, pid: int) -> Tuple[str, List[str]]:
+        directory, prefix = output_settings(process)
+        return directory, files_of_pid(directory, prefix, pid)
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
         return [("", f"{shell_quote(path)} (rocprof-sys output: open its .proto files in "

@@ -3,21 +3,26 @@
 The process runs under ``rocprof-sys-python <args> --``. Windows toggle tracing through the
 rocprof-sys user API (``rocprofsys_user_start_trace``/``stop_trace`` in
 ``librocprof-sys-user.so``) when it is loaded; phases are user regions. rocprof-sys writes its
-output directory when the process exits, so each planned window's entry points at the
-process's output directory and stays ``incomplete`` until that directory exists.
+output when the process exits, one set of files covering every window, so at finalize each
+opened window is reported as pending (:data:`~verlprof.backends.base.PENDING_AT_EXIT`): the
+controller collects the process's files once it has exited (``wait_for_profilers``).
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Sequence
 
-from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
+from verlprof.backends.base import (
+    PENDING_AT_EXIT,
+    Capture,
+    OpenedWindow,
+    never_opened_reports,
+    worker_report,
+)
 from verlprof.plan.model import ProcessPlan, Window
-from verlprof.records import STATUS_INCOMPLETE, STATUS_OK, WorkerReport
+from verlprof.records import STATUS_INCOMPLETE, WorkerReport
 
 USER_LIBRARY = "librocprof-sys-user.so"
 
@@ -56,16 +61,9 @@ class RocprofCapture(Capture):
 
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
-        prefix = os.environ.get("ROCPROFSYS_OUTPUT_PREFIX", "")
-        outputs = sorted(glob.glob(os.path.join(self.plan.raw_dir, f"{prefix}*")))
-        out: List[WorkerReport] = []
-        for record in opened:
-            if outputs:
-                out.append(worker_report(record.window, raw_path=outputs[0], status=STATUS_OK,
-                                 start_ns=record.start_ns, end_ns=record.end_ns))
-            else:
-                out.append(worker_report(record.window, raw_path=None, status=STATUS_INCOMPLETE,
-                                 reason="rocprof-sys writes its output when the process exits",
-                                 start_ns=record.start_ns, end_ns=record.end_ns))
-        return out + never_opened_reports(never_opened)
-
+        """Nothing is written yet (rocprof-sys writes when the process exits): every opened
+        window is pending; windows that never opened are missing."""
+        return [worker_report(record.window, raw_path=None, status=STATUS_INCOMPLETE,
+                              reason=PENDING_AT_EXIT, start_ns=record.start_ns,
+                              end_ns=record.end_ns)
+                for record in opened] + never_opened_reports(never_opened)
