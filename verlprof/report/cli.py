@@ -7,6 +7,7 @@ Wire into the main parser with ``add_report_subcommand(subparsers)`` and dispatc
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from verlprof.report.stragglers import DEFAULT_MIN_EXCESS_MS, DEFAULT_THRESHOLD
@@ -69,6 +70,10 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                              "always has them)")
     parser.add_argument("--no-picture", dest="picture", action="store_false",
                         help="skip timeline.png and timeline.html")
+    parser.add_argument("--memory-budget", metavar="SIZE", default=None,
+                        help="memory the report readers may use together, e.g. 4G or 512M "
+                             "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
+                             "caps how many reports are read at once")
     return parser
 
 
@@ -77,6 +82,10 @@ def run_report_command(args: argparse.Namespace) -> int:
     from verlprof.report.summary import summarize
 
     try:
+        if getattr(args, "memory_budget", None) is not None:  # read by report.load's readers
+            from verlprof.report.budget import BUDGET_ENV, parse_size
+
+            os.environ[BUDGET_ENV] = str(parse_size(args.memory_budget))
         summarize(args.output_dir, threshold=args.threshold,
                   min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                   jobs=args.jobs, picture=args.picture,

@@ -1,8 +1,8 @@
 """Read every report of an output directory, in parallel, into step-assigned phase records.
 
 Reading is the expensive part (``nsys export`` runs once per report; its sqlite is cached next
-to the report), so reports are read by a process pool with ``jobs`` workers, default one per
-core when there is enough uncached work to pay for starting them (see :func:`read_reports`).
+to the report), so reports are read ``jobs`` at a time, default one per core, never more than
+the memory budget allows (:mod:`verlprof.report.budget`; see :func:`read_reports`).
 A report that cannot be read becomes a :class:`Problem` of kind ``unreadable``; it never stops
 the others.
 
@@ -35,6 +35,7 @@ from verlprof.manifest import (
     Manifest,
     ReportEntry,
 )
+from verlprof.report.budget import budget_bytes, jobs_for, need
 from verlprof.report.model import (
     CONTROLLER_GROUP,
     CONTROLLER_ROLE,
@@ -58,7 +59,7 @@ STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
 DEFAULT_EXPORT_TIMEOUT_S = 300.0
 POOL_MIN_BYTES = 16 << 20
-"""Uncached work below which reports are read in-process (the pool's start-up dominates)."""
+"""Torch traces below which they are parsed on threads (a process pool's start-up dominates)."""
 
 @dataclass(frozen=True)
 class ReadTask:
@@ -87,60 +88,88 @@ def read_one(task: ReadTask) -> ReportData:
 
 
 def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
-                 progress: Optional[Progress] = None) -> List[ReportData]:
+                 progress: Optional[Progress] = None,
+                 memory_budget: Optional[int] = None) -> List[ReportData]:
     """Read all tasks; results in task order.
 
-    ``jobs`` > 1: that many pool processes. ``jobs`` None: one per core, but only when the
-    uncached work (nsys reports without a fresh sqlite, torch traces) is at least
-    :data:`POOL_MIN_BYTES`: below that, starting the workers costs more than it saves.
-    ``progress`` (a :class:`~verlprof.report.progress.Progress`) advances once per report read.
+    How many at once: ``jobs`` (default one per core), never more than fit
+    ``memory_budget`` (:mod:`verlprof.report.budget`; default ``$VERLPROF_MEMORY_BUDGET`` or
+    4 GiB) nor more than there are tasks. nsys reports are read on threads, cached or not: their
+    work is in ``nsys export`` children and in SQLite, which runs without the GIL, so threads
+    use every core without a pool's start-up. Torch traces are parsed in Python: a process pool
+    when there are at least :data:`POOL_MIN_BYTES` of them. A trace that alone exceeds the
+    budget is refused (one line), the others still read. ``progress`` advances once per report.
     """
     if not tasks:
         return []
     progress = progress or Progress.disabled()
-    if jobs is None:
-        uncached = _uncached(tasks)
-        jobs = (os.cpu_count() or 1) if _bytes(uncached) >= POOL_MIN_BYTES else 1
-        if jobs == 1 and sum(1 for task in uncached if task.backend == "nsys") > 1:
-            # small reports: the work is in the `nsys export` child processes, so threads
-            # overlap them on every core without a process pool's start-up cost
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as threads:
-                return _read_with(threads, tasks, progress)
-    jobs = max(1, min(jobs, len(tasks)))
-    if jobs > 1:
-        try:
-            return _read_in_pool(tasks, jobs, progress)
-        except (BrokenProcessPool, RuntimeError, OSError):
-            # workers could not start (e.g. spawn from a script without a __main__ guard, or
-            # no processes left): read in this process instead; slower, same result
-            progress.done = 0
-    out = []
-    for task in tasks:
-        out.append(read_one(task))
-        progress.advance(os.path.basename(task.path))
-    return out
-
-
-def _read_in_pool(tasks: Sequence[ReadTask], jobs: int, progress: Progress) -> List[ReportData]:
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
-        return _read_with(pool, tasks, progress)
-
-
-def _read_with(executor: Executor, tasks: Sequence[ReadTask],
-               progress: Progress) -> List[ReportData]:
-    futures = {executor.submit(read_one, task): i for i, task in enumerate(tasks)}
-    results: List[Optional[ReportData]] = [None] * len(tasks)
-    for future in as_completed(futures):
-        i = futures[future]
-        results[i] = future.result()
+    limit = budget_bytes(memory_budget)
+    needs = [need(task.path, task.backend, limit) for task in tasks]
+    refused = {i: ReportData(index=task.index, error=n.refusal)
+               for i, (task, n) in enumerate(zip(tasks, needs)) if n.refusal}
+    todo = [i for i in range(len(tasks)) if i not in refused]
+    largest = max((needs[i].bytes for i in todo), default=1)
+    jobs = jobs_for(largest, limit, len(todo), requested=jobs)
+    torch_bytes = _bytes([tasks[i] for i in todo if tasks[i].backend != "nsys"])
+    results: Dict[int, ReportData] = dict(refused)
+    for i in refused:
         progress.advance(os.path.basename(tasks[i].path))
-    return [r for r in results if r is not None]
+    if jobs > 1 and torch_bytes >= POOL_MIN_BYTES:
+        results.update(_read_in_pool([tasks[i] for i in todo], todo, jobs, progress))
+    elif jobs > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as threads:
+            results.update(_read_with(threads, [tasks[i] for i in todo], todo, progress))
+    else:
+        for i in todo:
+            results[i] = read_one(tasks[i])
+            progress.advance(os.path.basename(tasks[i].path))
+    return [results[i] for i in range(len(tasks))]
 
 
-def _uncached(tasks: Sequence[ReadTask]) -> List[ReadTask]:
-    """The tasks with work to do: reports without an up-to-date export (torch traces are
-    always read in full)."""
-    return [task for task in tasks if not get_backend(task.backend).is_cached(task.path)]
+def _read_in_pool(tasks: Sequence[ReadTask], keys: Sequence[int], jobs: int,
+                  progress: Progress) -> Dict[int, ReportData]:
+    """Read in a process pool. A pool that breaks (a worker killed, e.g. out of memory)
+    keeps what it finished; each unfinished report is tried again in a pool of its own, and
+    one that kills that too becomes an unreadable report, so the others are still summarised.
+    A pool that cannot start at all (spawn without a __main__ guard) reads in this process."""
+    done: Dict[int, ReportData] = {}
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+            done.update(_read_with(pool, tasks, keys, progress, keep=done))
+        return done
+    except (BrokenProcessPool, RuntimeError, OSError):
+        if not done:  # nothing came back: the workers never ran
+            for key, task in zip(keys, tasks):
+                done[key] = read_one(task)
+                progress.advance(os.path.basename(task.path))
+            return done
+    for key, task in zip(keys, tasks):
+        if key in done:
+            continue
+        try:
+            with ProcessPoolExecutor(max_workers=1, mp_context=_pool_context()) as alone:
+                done[key] = alone.submit(read_one, task).result()
+        except (BrokenProcessPool, RuntimeError, OSError):
+            done[key] = ReportData(index=task.index, error="its reader process died (killed, "
+                                   "out of memory?); try a smaller --memory-budget per reader "
+                                   "with --jobs 1")
+        progress.advance(os.path.basename(task.path))
+    return done
+
+
+def _read_with(executor: Executor, tasks: Sequence[ReadTask], keys: Sequence[int],
+               progress: Progress, keep: Optional[Dict[int, ReportData]] = None
+               ) -> Dict[int, ReportData]:
+    """Results by key as they finish (into ``keep`` too, so a pool that breaks midway
+    leaves the finished ones behind)."""
+    futures = {executor.submit(read_one, task): key for key, task in zip(keys, tasks)}
+    results: Dict[int, ReportData] = keep if keep is not None else {}
+    paths = {key: task.path for key, task in zip(keys, tasks)}
+    for future in as_completed(futures):
+        key = futures[future]
+        results[key] = future.result()
+        progress.advance(os.path.basename(paths[key]))
+    return results
 
 
 def _bytes(tasks: Sequence[ReadTask]) -> int:
@@ -162,9 +191,11 @@ def _pool_context():
 
 def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
          export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
-         show_progress: bool = False) -> LoadResult:
+         show_progress: bool = False, memory_budget: Optional[int] = None) -> LoadResult:
     """Read every readable report of ``manifest`` and normalise it; ``show_progress``: a
-    :class:`~verlprof.report.progress.Progress` on stderr, one step per report read."""
+    :class:`~verlprof.report.progress.Progress` on stderr, one step per report read;
+    ``memory_budget``: bytes the readers may use together (default: see
+    :func:`verlprof.report.budget.budget_bytes`)."""
     problems: List[Problem] = []
     tasks: List[ReadTask] = []
     entries, warnings = entries_with_stand_ins(manifest.reports)
@@ -198,7 +229,7 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     began = time.monotonic()
     label = "reading reports"
     with (Progress(label, len(tasks)) if show_progress else Progress.disabled()) as progress:
-        datas = read_reports(tasks, jobs, progress)
+        datas = read_reports(tasks, jobs, progress, memory_budget)
     seconds = time.monotonic() - began
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:

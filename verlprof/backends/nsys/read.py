@@ -15,34 +15,40 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sqlite3
 import tempfile
 import time
-from typing import Dict, List, Optional, cast
+from typing import List, Optional
 
 from verlprof.backends.nsys.cli import export_sqlite
+from verlprof.backends.nsys.gpu_sql import (
+    DEFAULT_CACHE_KIB,
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    RUNTIME_TABLE,
+    Span,
+    gpu_totals,
+)
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.backends.nsys.sqlite import (
     list_tables,
-    read_cuda_kernels,
-    read_memcpy,
+    open_export,
     read_nvtx_ranges,
     report_time_bounds,
 )
-from verlprof.backends.reading import RawRange, ReportData, ReportReadError, StepMark, attribute
+from verlprof.backends.reading import RawRange, ReportData, ReportReadError, StepMark
 
-KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+__all__ = ["KERNEL_TABLE", "MEMCPY_TABLE", "RUNTIME_TABLE", "read_nsys_report",
+           "read_nsys_sqlite"]
 _STEP = re.compile(r"^step/(\d+)$")
 
 
-def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0) -> ReportData:
+def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0,
+                     cache_kib: int = DEFAULT_CACHE_KIB) -> ReportData:
     """Export (cached) and read one report; failures become ``ReportData(error=...)``."""
     began = time.monotonic()
     try:
         sqlite_path = str(export_sqlite(path, timeout_s=timeout, out_path=_cache_path(path)))
-        data = read_nsys_sqlite(sqlite_path, index)
+        data = read_nsys_sqlite(sqlite_path, index, cache_kib)
     except ReportReadError as err:
         return ReportData(index=index, error=str(err).strip().splitlines()[0] if str(err)
                           else type(err).__name__, seconds=time.monotonic() - began)
@@ -50,8 +56,10 @@ def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0) -> Repor
                       seconds=time.monotonic() - began)
 
 
-def read_nsys_sqlite(sqlite_path: str, index: int = 0) -> ReportData:
-    """Read an existing sqlite export. Raises ReportReadError when it cannot be read."""
+def read_nsys_sqlite(sqlite_path: str, index: int = 0,
+                     cache_kib: int = DEFAULT_CACHE_KIB) -> ReportData:
+    """Read an existing sqlite export. Raises ReportReadError when it cannot be read.
+    ``cache_kib``: SQLite's page cache for the GPU tables (the reader's memory bound)."""
     bounds = report_time_bounds(sqlite_path)
     if bounds.utc_epoch_ns is None:
         raise ReportReadError(f"{sqlite_path}: no session start time "
@@ -59,11 +67,6 @@ def read_nsys_sqlite(sqlite_path: str, index: int = 0) -> ReportData:
     base = bounds.utc_epoch_ns
     tables = set(list_tables(sqlite_path))
     nvtx = read_nvtx_ranges(sqlite_path, domain=NVTX_DOMAIN)
-    has_kernels, has_copies = KERNEL_TABLE in tables, MEMCPY_TABLE in tables
-    kernels = read_cuda_kernels(sqlite_path) if has_kernels else []
-    copies = read_memcpy(sqlite_path) if has_copies else []
-    launches = _launch_times(sqlite_path) if (kernels or copies) and RUNTIME_TABLE in tables \
-        else {}
 
     phases = []
     marks: List[StepMark] = []
@@ -78,20 +81,20 @@ def read_nsys_sqlite(sqlite_path: str, index: int = 0) -> ReportData:
         if step:
             marks.append(StepMark(int(step.group(1)), start, end))
         elif "/" in r.text:
-            phases.append((r.text, r.start_ns, r.end_ns))
+            phases.append((r.text, r.start_ns, r.end_ns, r.global_tid))
     if window is None and bounds.end_ns > bounds.start_ns:
         window = (base + bounds.start_ns, base + bounds.end_ns)
 
-    spans = [(s, e) for _, s, e in phases]
-    # an event without a correlation id (None) finds no launch and keeps its own start
-    by_id = cast(Dict[Optional[int], int], launches)
-    kern = attribute(spans, [(by_id.get(k.correlation_id, k.start_ns), k.duration_ns)
-                             for k in kernels] if has_kernels else None)
-    mem = attribute(spans, [(by_id.get(m.correlation_id, m.start_ns), m.duration_ns)
-                            for m in copies] if has_copies else None)
+    # GPU time per phase is summed by SQLite (gpu_sql): never one Python object per kernel
+    with open_export(sqlite_path) as conn:
+        gpu = gpu_totals(conn, tables, [Span(s, e, tid) for _, s, e, tid in phases],
+                         cache_kib=cache_kib)
+    none = [(None, None)] * len(phases)
+    kern = gpu.kernels if gpu.kernels is not None else none
+    mem = gpu.memcpy if gpu.memcpy is not None else none
     ranges = tuple(RawRange(text, base + s, base + e, kernel_ns=k[0], kernel_count=k[1],
                             memcpy_ns=m[0])
-                   for (text, s, e), k, m in zip(phases, kern, mem))
+                   for (text, s, e, _), k, m in zip(phases, kern, mem))
     return ReportData(index=index, ranges=ranges, marks=tuple(marks), window=window)
 
 
@@ -108,17 +111,3 @@ def _cache_path(report: str) -> Optional[str]:
     key = hashlib.sha1(f"{os.path.abspath(report)}:{st.st_size}:{st.st_mtime_ns}".encode())
     cache = os.path.join(tempfile.gettempdir(), f"verlprof-sqlite-{os.getuid()}")
     return os.path.join(cache, key.hexdigest()[:20] + ".sqlite")
-
-
-def _launch_times(sqlite_path: str) -> Dict[int, int]:
-    """correlationId → session start (ns) of the CUDA runtime call that launched it."""
-    try:
-        conn = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(f"SELECT correlationId, start FROM {RUNTIME_TABLE} "
-                                "WHERE correlationId IS NOT NULL").fetchall()
-        finally:
-            conn.close()
-    except sqlite3.Error as err:
-        raise ReportReadError(f"{sqlite_path}: cannot read {RUNTIME_TABLE} ({err})") from err
-    return {int(c): int(s) for c, s in rows}

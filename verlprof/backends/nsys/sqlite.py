@@ -67,6 +67,8 @@ class NvtxRange:
     event_type: int
     """59 push/pop, 60 start/end, 34 mark."""
     pid: int = 0
+    global_tid: Optional[int] = None
+    """nsys ``globalTid`` as stored (None when the export has none)."""
 
     @property
     def duration_ns(self) -> int:
@@ -181,6 +183,11 @@ def _open(path: PathLike) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+open_export = _open
+"""``with open_export(path) as conn``: a read-only connection; sqlite errors inside the block
+become :class:`ReportReadError`."""
+
+
 def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
@@ -203,10 +210,13 @@ def list_tables(sqlite_path: PathLike) -> List[str]:
         return sorted(_tables(conn))
 
 
-def _domain_names(conn: sqlite3.Connection) -> Dict[int, str]:
+def _domain_names(conn: sqlite3.Connection, text_sql: str, join: str) -> Dict[int, str]:
+    """Domain id -> name from the domain-create rows (name inline in ``text`` or, when
+    registered, in ``StringIds`` through ``textId``); id 0 is the default domain ``""``."""
     names: Dict[int, str] = {0: ""}
-    rows = conn.execute("SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = ? "
-                        "AND domainId IS NOT NULL", (EVENT_DOMAIN_CREATE,)).fetchall()
+    rows = conn.execute(f"SELECT e.domainId, {text_sql} FROM NVTX_EVENTS e {join} "
+                        "WHERE e.eventType = ? AND e.domainId IS NOT NULL",
+                        (EVENT_DOMAIN_CREATE,)).fetchall()
     for dom, text in rows:
         names[int(dom)] = text or ""
     return names
@@ -217,9 +227,11 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                      event_types: Sequence[int] = RANGE_EVENT_TYPES) -> List[NvtxRange]:
     """NVTX ranges of a report, sorted by start (then longest first).
 
-    ``domain`` keeps one domain (``""`` = default). Ranges with no end (still open when the
-    capture stopped) are skipped. ``include_marks`` adds marks as zero-length ranges. No
-    ``NVTX_EVENTS`` table (nvtx not traced, nothing emitted) → ``[]``.
+    ``domain`` keeps one domain (``""`` = default); the filter is in the query's ``WHERE``
+    (by domain id, from the domain-create rows), so the millions of rows of other domains
+    never reach Python. Ranges with no end (still open when the capture stopped) are skipped.
+    ``include_marks`` adds marks as zero-length ranges. No ``NVTX_EVENTS`` table (nvtx not
+    traced, nothing emitted) → ``[]``.
     """
     types = list(event_types) + ([EVENT_MARK] if include_marks else [])
     with _open(sqlite_path) as conn:
@@ -230,20 +242,25 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         if "NVTX_EVENTS" not in tables:
             return []
         cols = _columns(conn, "NVTX_EVENTS")
-        domains = _domain_names(conn) if "domainId" in cols else {0: ""}
         text = "e.text" if "text" in cols else "NULL"
         if "StringIds" in tables and "textId" in cols:
             text_expr, join = f"coalesce({text}, s.value)", \
                 "LEFT JOIN StringIds s ON e.textId = s.id"
         else:
             text_expr, join = text, ""
+        domains = _domain_names(conn, text_expr, join) if "domainId" in cols else {0: ""}
         dom = "e.domainId" if "domainId" in cols else "0"
+        where, args = f"e.eventType IN ({', '.join('?' for _ in types)})", list(types)
+        if domain is not None:
+            ids = sorted(i for i, name in domains.items() if name == domain)
+            if not ids:
+                return []
+            where += f" AND (coalesce({dom}, 0) IN ({', '.join('?' for _ in ids)}))"
+            args += ids
         tid = "e.globalTid" if "globalTid" in cols else "NULL"
-        marks = ", ".join("?" for _ in types)
         sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
-               f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({marks}) "
-               f"ORDER BY e.start, e.end DESC")
-        rows = conn.execute(sql, types).fetchall()
+               f"FROM NVTX_EVENTS e {join} WHERE {where} ORDER BY e.start, e.end DESC")
+        rows = conn.execute(sql, args).fetchall()
     out: List[NvtxRange] = []
     for text_v, start, end, dom_id, gtid, etype in rows:
         if start is None:
@@ -253,11 +270,9 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                 continue
             end = start
         name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
-        if domain is not None and name != domain:
-            continue
         g = int(gtid or 0)
         out.append(NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
-                             (g >> 24) & _LOW24))
+                             (g >> 24) & _LOW24, None if gtid is None else int(gtid)))
     return out
 
 
@@ -366,5 +381,6 @@ def session_start_epoch_ns(sqlite_path: PathLike) -> Optional[int]:
 
 __all__ = ["CudaKernel", "CudaMemcpy", "EVENT_DOMAIN_CREATE", "EVENT_MARK", "EVENT_PUSH_POP",
            "EVENT_START_END", "NvtxRange", "ReportReadError", "ReportTimeBounds", "list_tables",
+           "open_export",
            "read_cuda_kernels", "read_memcpy", "read_nvtx_ranges", "report_time_bounds",
            "session_start_epoch_ns"]

@@ -1,0 +1,145 @@
+"""GPU time per phase computed in SQLite (verlprof/backends/nsys/gpu_sql.py) against two
+references computed in Python here: the attribution verlprof did before (one object per
+kernel, a dict of launches, ``attribute``), kept below as it was, and an independent rule-by-rule
+reference (launch by correlationId, same thread, inclusive bounds). Inputs: nsys-schema sqlite
+files built like ``nsys export --type sqlite`` writes them (benchmarks/p4_gpu.py), small here;
+the 5 M-kernel one is in ``make bench``."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from benchmarks import p4_gpu
+from tests.unit.test_report_readers import make_sqlite
+from verlprof.backends.nsys.nvtx import NVTX_DOMAIN
+from verlprof.backends.nsys.read import read_nsys_sqlite
+from verlprof.backends.nsys.sqlite import read_cuda_kernels, read_memcpy, read_nvtx_ranges
+from verlprof.backends.reading import attribute
+
+N = 20_000
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> str:
+    return p4_gpu.build(str(tmp_path_factory.mktemp("gpu") / "gpu.sqlite"), N)
+
+
+def old_attribution(path: str) -> List[Tuple[str, Optional[int], Optional[int], Optional[int]]]:
+    """verlprof's attribution before it moved into SQLite (threads not considered)."""
+    phases = [r for r in read_nvtx_ranges(path, domain=NVTX_DOMAIN)
+              if "/" in r.text and not r.text.startswith("step/")
+              and r.text != "VERLPROF_CAPTURE"]
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    launches: Dict[Optional[int], int] = {}
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        launches = {int(c): int(s) for c, s in conn.execute(
+            "SELECT correlationId, start FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+            "WHERE correlationId IS NOT NULL")}
+    conn.close()
+    spans = [(r.start_ns, r.end_ns) for r in phases]
+    has_k = "CUPTI_ACTIVITY_KIND_KERNEL" in tables
+    has_m = "CUPTI_ACTIVITY_KIND_MEMCPY" in tables
+    kern = attribute(spans, [(launches.get(k.correlation_id, k.start_ns), k.duration_ns)
+                             for k in read_cuda_kernels(path)] if has_k else None)
+    mem = attribute(spans, [(launches.get(m.correlation_id, m.start_ns), m.duration_ns)
+                            for m in read_memcpy(path)] if has_m else None)
+    return [(r.text, k[0], k[1], m[0]) for r, k, m in zip(phases, kern, mem)]
+
+
+def independent(path: str) -> List[Tuple[str, int, int, int]]:
+    """The rule, one event at a time: the launching call (last runtime row of the
+    correlationId) on the phase's thread, else the event's own start on any thread."""
+    conn = sqlite3.connect(path)
+    calls = {}
+    for cid, start, tid in conn.execute("SELECT correlationId, start, globalTid "
+                                        "FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+        if cid is not None:
+            calls[cid] = (start, tid)
+    kernels = list(conn.execute("SELECT correlationId, start, end "
+                                "FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    copies = list(conn.execute("SELECT correlationId, start, end "
+                               "FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
+    conn.close()
+    out = []
+    for r in read_nvtx_ranges(path, domain=NVTX_DOMAIN):
+        if "/" not in r.text or r.text.startswith("step/") or r.text == "VERLPROF_CAPTURE":
+            continue
+
+        def hits(rows, r=r):
+            for cid, start, end in rows:
+                ref, tid = calls.get(cid, (start, None))
+                if r.start_ns <= ref <= r.end_ns and tid in (None, r.global_tid):
+                    yield max(0, end - start)
+        k = list(hits(kernels))
+        out.append((r.text, sum(k), len(k), sum(hits(copies))))
+    return out
+
+
+def read(path: str) -> List[Tuple[str, Optional[int], Optional[int], Optional[int]]]:
+    data = read_nsys_sqlite(path)
+    return [(r.name, r.kernel_ns, r.kernel_count, r.memcpy_ns) for r in data.ranges]
+
+
+def test_equals_the_old_attribution_on_the_reader_test_reports(tmp_path):
+    for cuda in (True, False):
+        path = make_sqlite(tmp_path / f"r{cuda}.sqlite", cuda=cuda)
+        assert read(path) == old_attribution(path)
+
+
+def test_equals_the_old_attribution_when_threads_are_unknown(synthetic, tmp_path):
+    copy = str(tmp_path / "nothreads.sqlite")
+    shutil.copy(synthetic, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL")
+    got = read(copy)
+    assert len(got) == len(p4_gpu.phases(N)) and any(k for _, k, _, _ in got)
+    assert got == old_attribution(copy)
+
+
+def test_equals_the_independent_references_with_threads(synthetic):
+    got = read(synthetic)
+    assert got == independent(synthetic)
+    by_name: Dict[str, List[Tuple[int, int, int]]] = {}
+    for name, k, n, m in got:
+        by_name.setdefault(name, []).append((k or 0, n or 0, m or 0))
+    assert p4_gpu.in_phase_order(N, by_name) == p4_gpu.reference(N)
+    # launches from T3 (no phase of its own) and the other phase thread count nowhere: the
+    # thread rule really removed events that the time rule alone would count
+    assert sum(n for _, _, n, _ in got) < sum(n for _, _, n, _ in old_attribution(synthetic))
+
+
+def test_only_verlprof_ranges_reach_python(synthetic, tmp_path):
+    copy = str(tmp_path / "domains.sqlite")
+    shutil.copy(synthetic, copy)
+    with sqlite3.connect(copy) as conn:
+        # another named domain (registered name) holding look-alike phase names
+        conn.execute("INSERT INTO StringIds VALUES (50, 'torch')")
+        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, textId, domainId) "
+                     "VALUES (-4, NULL, 75, 50, 2)")
+        conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, domainId, "
+                         "globalTid) VALUES (?, ?, 59, 'actor/update_actor', 2, ?)",
+                         [(p4_gpu.LAUNCH0 + k, p4_gpu.LAUNCH0 + k + 10, p4_gpu.T1)
+                          for k in range(50)])
+    ranges = read_nvtx_ranges(copy, domain=NVTX_DOMAIN)
+    assert {r.domain for r in ranges} == {NVTX_DOMAIN}
+    assert "other/default_domain" not in {r.text for r in ranges}
+    assert len(read_nvtx_ranges(copy, domain="torch")) == 50
+    assert {r.text for r in read_nvtx_ranges(copy, domain="")} == {"other/default_domain"}
+    assert read_nvtx_ranges(copy, domain="absent") == []
+    assert read(copy) == read(synthetic)
+
+
+def test_phases_without_gpu_rows_and_no_phases(tmp_path):
+    path = p4_gpu.build(str(tmp_path / "tiny.sqlite"), 50)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    got = read(path)
+    assert got and all(k == 0 and n == 0 for _, k, n, _ in got)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 59")
+    assert read(path) == []
