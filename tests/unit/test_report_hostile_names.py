@@ -96,7 +96,8 @@ def test_console_shows_brackets_as_written():
 MD = MarkdownIt("commonmark").enable("table").enable("strikethrough")
 
 
-OURS = {("code_inline", "×n"), ("link_open", "timeline.html"), ("image", "timeline.png")}
+OURS = {("code_inline", "×n"), ("link_open", "timeline.html"), ("image", "timeline.png"),
+        ("image", "timeline_steps.png")}
 """The only code span, link and image summary.md has: its own."""
 
 

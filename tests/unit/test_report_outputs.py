@@ -12,11 +12,13 @@ import os
 import pytest
 from rich.console import Console
 
+from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
 from verlprof.report.cli import main as report_main
 from verlprof.report.model import LoadResult, PhaseRecord, Problem, StepSpan, Window
 from verlprof.report.summary import analyse, write_outputs
+from verlprof.report.timeline import build_timeline
 
 MS = 1_000_000
 T0 = 1_790_000_000 * 10**9
@@ -77,6 +79,15 @@ def test_big_picture_and_files(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
     assert width >= 1500 and height >= 900  # 25 lanes: the figure grows with the lanes
+    # what it shows: every lane labelled, every bar in its lane, colour and x range, the
+    # straggler outlined (tests/png_content.py)
+    data = build_timeline(summary.records, summary.steps, summary.windows, summary.stragglers,
+                          summary.t0_ns)
+    assert len(data.lanes) == 25 and not data.bands  # 8 ranks: one lane each, no band
+    checked = check_timeline_png(written["timeline.png"], data)
+    assert checked["lane"] == 25 and checked["outline"] == 4 and checked["bar"] > 5000
+    assert check_steps_png(written["timeline_steps.png"], summary.spreads, summary.stragglers,
+                           data.colours) == 3 * (7 + 7)
     html = _read(written["timeline.html"])
     assert html.count("critic r") >= 8 and "compute_rm_score" in html and "</script>" in html
     with open(written["summary.csv"]) as handle:
@@ -152,7 +163,8 @@ def test_nothing_readable_still_writes_everything(tmp_path):
                             reports=(entry,)), str(tmp_path))
     summary = summarize(str(tmp_path), console=Console(file=io.StringIO()))
     assert not summary.records and len(summary.missing) == 1
-    assert set(summary.paths) == {"summary.csv", "summary.md", "timeline.png", "timeline.html"}
+    assert set(summary.paths) == {"summary.csv", "summary.md", "timeline.png", "timeline.html",
+                                  "timeline_steps.png"}
     assert all(os.path.getsize(p) > 0 for p in summary.paths.values())
 
 

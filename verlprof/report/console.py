@@ -75,10 +75,10 @@ def print_summary(summary: Summary, console: Console, per_step: Optional[bool] =
         console.print(Text.assemble(("stragglers", "bold red"), rule + f": {len(s.stragglers)}"
                                     f" in {len({x.step for x in s.stragglers})} step(s), "
                                     f"{len(by_rank)} rank × phase:"))
-        for x in by_rank[:MAX_STRAGGLER_LINES]:
-            _line(console, f"  {x.group} {x.name}: rank {x.rank}"
-                  f"{' on ' + x.host if x.host else ''} in {len(x.steps)} step(s) "
-                  f"({step_list(x.steps)}), up to {x.worst_ratio:.2f}×")
+        for g in by_rank[:MAX_STRAGGLER_LINES]:
+            _line(console, f"  {g.group} {g.name}: rank {g.rank}"
+                  f"{' on ' + g.host if g.host else ''} in {len(g.steps)} step(s) "
+                  f"({step_list(g.steps)}), up to {g.worst_ratio:.2f}×")
         if len(by_rank) > MAX_STRAGGLER_LINES:
             _line(console, f"  … and {len(by_rank) - MAX_STRAGGLER_LINES} more "
                   "(summary.md lists every one)")

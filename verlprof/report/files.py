@@ -1,5 +1,6 @@
 """``summary/summary.csv`` (long form, one row per step/group/rank/role/phase) and
-``summary/summary.md`` (per-step tables, stragglers, missing and unreadable reports).
+``summary/summary.md`` (the table across steps, per-step tables, stragglers, missing and
+unreadable reports).
 
 Names, hosts, paths and reasons are data (:mod:`verlprof.safe_text`): every CSV cell goes
 through :func:`~verlprof.safe_text.csv_cell` (no cell a spreadsheet evaluates; the raw value
@@ -13,8 +14,9 @@ import csv
 import os
 from typing import Dict, List, Optional, Sequence
 
+from verlprof.report.across import across_table, profiled_steps
 from verlprof.report.findings import Summary
-from verlprof.report.matrix import StepTable, ms, step_tables
+from verlprof.report.matrix import StepTable, ms, per_rank_fits, step_tables
 from verlprof.safe_text import csv_cell, md_text
 
 CSV_NAME = "summary.csv"
@@ -89,10 +91,18 @@ def render_md(summary: Summary) -> str:
                            [[sp.step, f"{(sp.start_ns - s.t0_ns) / 1e9:.3f}",
                              f"{sp.duration_ns / 1e9:.3f}", sp.source] for sp in s.steps], (1, 2))
         lines.append("")
+    if len(profiled_steps(s.rows)) > 1:
+        lines += ["## Phases across steps (ms)", "",
+                  "Each row pools the phase's time on every step and rank: first and last "
+                  "are the median across ranks in its first and last step; slowest is "
+                  "step and rank (s12 r3); **bold!** = straggler.", ""]
+        lines += _md_step(across_table(s.rows, s.stragglers))
+    per_rank = per_rank_fits(s.rows)
     lines += ["## Phases per step and rank (ms)", "",
-              "Cells are the phase's time on that rank; `×n` = n calls summed; "
+              ("Cells are the phase's time on that rank; `×n` = n calls summed; "
+               if per_rank else "Each row is the phase's distribution across its ranks; ") +
               "**bold!** = straggler.", ""]
-    for table in step_tables(s.rows, s.spreads, s.stragglers, s.steps):
+    for table in step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=per_rank):
         lines += _md_step(table)
     lines += ["## Stragglers", "",
               f"Rule: slowest rank > {s.threshold:g} × median of the other ranks and at least "
@@ -116,11 +126,15 @@ def render_md(summary: Summary) -> str:
         lines += ["", "## Warnings", ""] + [f"- {md_text(w)}" for w in s.warnings]
     if s.notes:
         lines += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in s.notes]
-    pictures = [name for name in ("timeline.png", "timeline.html") if name in s.paths]
+    pictures = [name for name in ("timeline.png", "timeline.html", "timeline_steps.png")
+                if name in s.paths]
     if pictures:
         lines += ["", "## Timeline", ""]
         if "timeline.png" in s.paths:
             lines.append("![timeline](timeline.png)")
+        if "timeline_steps.png" in s.paths:
+            lines += ["", "Each phase across steps:", "", "![phases by step](timeline_steps.png)",
+                      ""]
         if "timeline.html" in s.paths:
             lines.append("Interactive: [timeline.html](timeline.html)")
     return "\n".join(lines) + "\n"

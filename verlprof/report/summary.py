@@ -25,9 +25,11 @@ from verlprof.report.timeline_html import write_html
 
 PNG_NAME = "timeline.png"
 HTML_NAME = "timeline.html"
+STEPS_PNG_NAME = "timeline_steps.png"
+"""Each phase across steps, side by side (:mod:`verlprof.report.timeline_steps`)."""
 
-__all__ = ["HTML_NAME", "PNG_NAME", "Summary", "analyse", "default_console", "summarize",
-           "write_outputs"]
+__all__ = ["HTML_NAME", "PNG_NAME", "STEPS_PNG_NAME", "Summary", "analyse", "default_console",
+           "summarize", "write_outputs"]
 
 
 def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
@@ -41,10 +43,11 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     spread and stragglers (slowest rank > ``threshold`` × the other ranks' median and at least
     ``min_excess_ms`` slower), lists missing/incomplete/unreadable reports, prints it all to
     ``console`` (a rich Console; default stdout; pass ``Console(quiet=True)`` for silence), and
-    writes ``summary/summary.csv``, ``summary.md`` and, when ``picture``, ``timeline.png`` and
-    ``timeline.html``. Raises ValueError (one line) when ``output_dir`` has no valid manifest
-    or a setting is out of range; a bad report never raises. ``progress``: show the reading
-    progress on stderr (default: when ``console`` is not given, as in the CLI). ``per_step``:
+    writes ``summary/summary.csv``, ``summary.md`` and, when ``picture``, ``timeline.png``,
+    ``timeline.html`` and ``timeline_steps.png``. Raises ValueError (one line) when
+    ``output_dir`` has no valid manifest or a setting is out of range; a bad report never
+    raises. ``progress``: show the reading progress on stderr (default: when ``console`` is
+    not given, as in the CLI). ``per_step``:
     print the per-step tables (default: only for up to 3 profiled steps; beyond, one table
     across steps; summary.md always has both).
     """
@@ -100,12 +103,16 @@ def write_outputs(summary: Summary, picture: bool = True) -> Dict[str, str]:
         # loaded here: Pillow's import is a noticeable part of `verlprof report`'s fixed cost,
         # and callers that pass picture=False never pay it
         from verlprof.report.timeline_png import write_png
+        from verlprof.report.timeline_steps import write_steps_png
 
         data = build_timeline(summary.records, summary.steps, summary.windows,
                               summary.stragglers, summary.t0_ns)
         title = f"verlprof timeline: {os.path.basename(summary.output_dir.rstrip(os.sep))}"
         written[PNG_NAME] = write_png(data, os.path.join(out_dir, PNG_NAME), title)
         written[HTML_NAME] = write_html(data, os.path.join(out_dir, HTML_NAME), title)
+        written[STEPS_PNG_NAME] = write_steps_png(
+            summary.spreads, summary.stragglers, data.colours,
+            os.path.join(out_dir, STEPS_PNG_NAME), title.replace("timeline", "phases by step", 1))
     written[MD_NAME] = os.path.join(out_dir, MD_NAME)  # listed before writing: md links it
     write_md(summary, written[MD_NAME])
     return written

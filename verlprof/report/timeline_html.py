@@ -2,7 +2,8 @@ r"""``summary/timeline.html``: the same timeline, interactive and self-contained
 
 No dependency: the data is embedded as JSON and ~60 lines of plain JavaScript draw it as SVG
 (hover a bar for phase, step, lane and duration; a slider zooms the time axis; the page
-scrolls horizontally). Opens offline in any browser.
+scrolls horizontally). A group of many ranks is one band lane plus its outliers' lanes, as in
+the PNG (:mod:`verlprof.report.timeline`). Opens offline in any browser.
 
 Names are data (:mod:`verlprof.safe_text`), and a page someone else's reports produced is
 opened by whoever they share it with. So: every text is sent in its
@@ -88,6 +89,15 @@ function draw() {
     el("title", {}, r, b[4]);
     r.addEventListener("mouseenter", () => document.getElementById("info").textContent = b[4]);
   }
+  for (const b of D.bands) {  // a group of many ranks: first start..last end, p95, median
+    const c = D.phases[b[6]][1], y = TOP + b[0] * LH + 3, h = LH - 6;
+    for (const [s, e, o] of [[b[1], b[5], 0.3], [b[3], b[4], 0.6], [b[2], b[3], 1]]) {
+      const r = el("rect", {class: "bar", x: x(s), y: y, width: Math.max(1, x(e) - x(s)),
+        height: h, fill: c, "fill-opacity": o}, svg);
+      el("title", {}, r, b[7]);
+      r.addEventListener("mouseenter", () => document.getElementById("info").textContent = b[7]);
+    }
+  }
   for (const [n, s, e] of D.steps) {
     el("line", {x1: x(s), x2: x(s), y1: TOP - 6, y2: H - AX, stroke: "#444"}, svg);
     el("line", {x1: x(e), x2: x(e), y1: TOP - 6, y2: H - AX, stroke: "#444",
@@ -104,6 +114,8 @@ function swatch(label, css) {  // text and style through the DOM: a name is neve
 for (const [name, colour] of D.phases) swatch(name, {background: colour});
 swatch("capture window", {background: "#eee"});
 swatch("straggler", {border: "2px solid #d00000", width: "8px", height: "8px"});
+if (D.bands.length) swatch("band (many ranks): median start to end, paler to p95 end, palest " +
+                           "first start to last end", {background: "#555"});
 document.getElementById("zoom").addEventListener("input", draw);
 window.addEventListener("resize", draw);
 draw();
@@ -123,6 +135,9 @@ def render_html(data: TimelineData, title: str = "verlprof timeline") -> str:
                   visible(b.label), int(b.straggler)] for b in data.bars],
         "windows": [[lane, round(s, 9), round(e, 9)] for lane, s, e in data.windows],
         "steps": [[n, round(s, 9), round(e, 9)] for n, s, e in data.steps],
+        "bands": [[b.lane, round(b.first_start_s, 9), round(b.median_start_s, 9),
+                   round(b.median_end_s, 9), round(b.p95_end_s, 9), round(b.last_end_s, 9),
+                   index[b.phase], visible(b.label)] for b in data.bands],
         "phases": [[visible(phase), colour] for phase, colour in data.colours.items()],
         "end_s": data.end_s,
     }

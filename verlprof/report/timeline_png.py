@@ -1,9 +1,12 @@
 """``summary/timeline.png``: the run on one wall-clock axis, drawn with Pillow.
 
 One lane per (group, rank), controller on top; phases as coloured bars (legend below, one
-colour per phase); capture windows as a pale band behind each lane; step boundaries as
-vertical lines labelled ``step N`` (solid at the start, dashed at the end); stragglers outlined
-in red. The picture grows with the number of lanes so 8 ranks x several groups stay legible.
+colour per phase); a group of many ranks as one band lane (median start to median end in the
+phase's colour, then paler to the p95 end, palest from the first start to the last end) and
+the own lanes of its outlier ranks; capture windows as a pale band behind each lane; step
+boundaries as vertical lines labelled ``step N`` (solid at the start, dashed at the end);
+stragglers outlined in red. The picture grows with the number of lanes so 8 ranks x several
+groups stay legible.
 
 Why Pillow and not matplotlib: the picture is rectangles, lines and labels, and importing
 matplotlib alone took about 1.1 s of the 2-3 s a whole ``verlprof report`` took on 16 reports
@@ -17,8 +20,10 @@ hold, so that one long name cannot push the plot off the image.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 from verlprof.report.timeline import TimelineData
@@ -34,6 +39,8 @@ FONT_FILES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
 """Tried in order; Pillow's built-in scalable font otherwise."""
 INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#eeeeee",
                                           "#444444", "#d00000")
+BAND_KEY = ("#555555",)
+"""The grey the legend explains a band's three shades with (each phase has its own colour)."""
 LABEL_CHARS = {"title": 150, "lane": 40, "legend": 60}
 """Longest label drawn, in characters (the rest becomes an ellipsis): a lane label of 40
 characters at 14 px still leaves most of the 1650 px width to the plot."""
@@ -44,57 +51,105 @@ def label(text: str, kind: str) -> str:
     return clip(visible(text), LABEL_CHARS[kind])
 
 
-def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:
-    from PIL import Image, ImageDraw
+@dataclass(frozen=True)
+class Layout:
+    """Where write_png puts things: the plot's box and its time scale (tests read it too)."""
 
-    fonts = {name: _font(size) for name, size in FONT_PX.items()}
-    lanes = max(1, len(data.lanes))
-    legend = _legend_entries(data)
-    columns = _legend_columns(legend, fonts["small"])
-    legend_rows = math.ceil(len(legend) / columns) if legend else 0
-    lanes_shown = [label(lane, "lane") for lane in data.lanes]
-    label_w = max([_text_width(fonts["label"], lane) for lane in lanes_shown] or [0])
-    left, right, top = label_w + 24, 24, 62
-    plot_h = LANE_PX * lanes
-    height = top + plot_h + 58 + 20 * legend_rows + 12
-    image = Image.new("RGB", (WIDTH_PX, height), "white")
-    draw = ImageDraw.Draw(image)
-    x0, x1, y0, y1 = left, WIDTH_PX - right, top, top + plot_h
-    x_max = data.end_s * 1.01 if data.end_s > 0 else 1.0
+    width: int
+    height: int
+    x0: int
+    x1: int
+    y0: int
+    y1: int
+    x_max: float
+    """Seconds at the right edge of the plot."""
 
-    def x_of(seconds: float) -> float:
-        return x0 + (x1 - x0) * max(0.0, min(seconds, x_max)) / x_max
+    def x_of(self, seconds: float) -> float:
+        return self.x0 + (self.x1 - self.x0) * max(0.0, min(seconds, self.x_max)) / self.x_max
 
-    def lane_box(lane: int, fill: float, start: float, end: float) -> Tuple[int, int, int, int]:
-        middle = y0 + LANE_PX * (lane + 0.5)
-        left_px, right_px = round(x_of(start)), round(x_of(end))
+    def lane_middle(self, lane: int) -> float:
+        return self.y0 + LANE_PX * (lane + 0.5)
+
+    def box(self, lane: int, fill: float, start: float, end: float) -> Tuple[int, int, int, int]:
+        """The rectangle of a bar filling ``fill`` of its lane's height."""
+        middle = self.lane_middle(lane)
+        left_px, right_px = round(self.x_of(start)), round(self.x_of(end))
         return (left_px, round(middle - LANE_PX * fill / 2), max(right_px, left_px + 1) - 1,
                 round(middle + LANE_PX * fill / 2) - 1)
 
-    ticks = _ticks(x_max)
+
+def layout(data: TimelineData) -> Layout:
+    """The picture's geometry for ``data``."""
+    fonts = load_fonts()
+    legend = _legend_entries(data)
+    columns = _legend_columns(legend, fonts["small"])
+    legend_rows = math.ceil(len(legend) / columns) if legend else 0
+    label_w = max([text_width(fonts["label"], label(lane, "lane")) for lane in data.lanes]
+                  or [0])
+    left, right, top = label_w + 24, 24, 62
+    plot_h = LANE_PX * max(1, len(data.lanes))
+    return Layout(width=WIDTH_PX, height=top + plot_h + 58 + 20 * legend_rows + 12, x0=left,
+                  x1=WIDTH_PX - right, y0=top, y1=top + plot_h,
+                  x_max=data.end_s * 1.01 if data.end_s > 0 else 1.0)
+
+
+def tint(colour: str, share: float) -> str:
+    """``colour`` mixed with white: ``share`` 1 is the colour, 0 is white."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(255 - (255 - c) * share):02x}" for c in rgb)
+
+
+BAND_SHARES = (0.3, 0.6)
+"""Tints of a band's outer parts: first start to last end, and median end to p95 end."""
+
+
+def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -> str:
+    from PIL import Image, ImageDraw
+
+    fonts = load_fonts()
+    legend = _legend_entries(data)
+    columns = _legend_columns(legend, fonts["small"])
+    lanes_shown = [label(lane, "lane") for lane in data.lanes]
+    geo = layout(data)
+    image = Image.new("RGB", (geo.width, geo.height), "white")
+    draw = ImageDraw.Draw(image)
+    x0, x1, y0, y1, x_of = geo.x0, geo.x1, geo.y0, geo.y1, geo.x_of
+    ticks = _ticks(geo.x_max)
     for tick in ticks:
         draw.line([(round(x_of(tick)), y0), (round(x_of(tick)), y1)], fill=GRID)
     for lane, start, end in data.windows:
-        draw.rectangle(lane_box(lane, 0.92, start, end), fill=BAND)
+        draw.rectangle(geo.box(lane, 0.92, start, end), fill=BAND)
     for i, group in enumerate(data.lane_groups):  # a rule between groups
         if i and group != data.lane_groups[i - 1]:
             draw.line([(x0, y0 + LANE_PX * i), (x1, y0 + LANE_PX * i)], fill=RULE)
+    for band in data.bands:
+        colour = data.colours[band.phase]
+        draw.rectangle(geo.box(band.lane, 0.72, band.first_start_s, band.last_end_s),
+                       fill=tint(colour, BAND_SHARES[0]))
+        draw.rectangle(geo.box(band.lane, 0.72, band.median_end_s, band.p95_end_s),
+                       fill=tint(colour, BAND_SHARES[1]))
+        draw.rectangle(geo.box(band.lane, 0.72, band.median_start_s, band.median_end_s),
+                       fill=colour)
     for bar in data.bars:
-        box = lane_box(bar.lane, 0.72, bar.start_s, bar.end_s)
-        draw.rectangle(box, fill=data.colours[bar.phase])
+        draw.rectangle(geo.box(bar.lane, 0.72, bar.start_s, bar.end_s),
+                       fill=data.colours[bar.phase])
     for bar in data.bars:  # outlines last, so that a neighbour never covers one
         if bar.straggler:
-            a, b, c, d = lane_box(bar.lane, 0.72, bar.start_s, bar.end_s)
+            a, b, c, d = geo.box(bar.lane, 0.72, bar.start_s, bar.end_s)
             draw.rectangle((a - 2, b - 2, c + 2, d + 2), outline=STRAGGLER, width=2)
+    free_from = x0  # a step's label is left out where it would overwrite the previous one
     for step, start, end in data.steps:
         draw.line([(round(x_of(start)), y0), (round(x_of(start)), y1)], fill=STEP)
         _dashed_vline(draw, round(x_of(end)), y0, y1, STEP)
-        for shift in (4, 5):  # drawn twice, 1 px apart: bold without a second font file
-            draw.text((round(x_of(start)) + shift, y0 - 4), f"step {step}", fill=INK,
-                      font=fonts["label"], anchor="ld")
+        text, left = f"step {step}", round(x_of(start)) + 4
+        if left < free_from:
+            continue
+        free_from = left + text_width(fonts["label"], text) + 8
+        for shift in (0, 1):  # drawn twice, 1 px apart: bold without a second font file
+            draw.text((left + shift, y0 - 4), text, fill=INK, font=fonts["label"], anchor="ld")
     draw.rectangle((x0, y0, x1, y1), outline=INK)
     for i, lane_name in enumerate(lanes_shown):
-        draw.text((x0 - 8, y0 + LANE_PX * (i + 0.5)), lane_name, fill=INK, font=fonts["label"],
+        draw.text((x0 - 8, geo.lane_middle(i)), lane_name, fill=INK, font=fonts["label"],
                   anchor="rm")
     for tick in ticks:
         x = round(x_of(tick))
@@ -115,6 +170,10 @@ def _legend_entries(data: TimelineData) -> List[Tuple[str, str, str]]:
         entries.append(("box", BAND, "capture window"))
     if any(bar.straggler for bar in data.bars):
         entries.append(("outline", STRAGGLER, "straggler"))
+    if data.bands:
+        entries += [("box", BAND_KEY[0], "band: median start to median end"),
+                    ("box", tint(BAND_KEY[0], BAND_SHARES[1]), "band: to p95 end"),
+                    ("box", tint(BAND_KEY[0], BAND_SHARES[0]), "band: first start to last end")]
     if data.steps:
         entries.append(("line", STEP, "step start / end (dashed)"))
     return entries
@@ -126,7 +185,7 @@ LEGEND_SWATCH_PX = (22, 8)
 
 def _column_widths(entries: Sequence[Tuple[str, str, str]], columns: int, font) -> List[int]:
     swatch, gap = LEGEND_SWATCH_PX
-    widths = [swatch + gap + _text_width(font, text) + 28 for _, _, text in entries]
+    widths = [swatch + gap + text_width(font, text) + 28 for _, _, text in entries]
     return [max(widths[i::columns]) for i in range(columns)]
 
 
@@ -174,6 +233,11 @@ def _ticks(x_max: float, target: int = 10) -> List[float]:
     return [round(i * step, 10) for i in range(count + 1)]
 
 
+def load_fonts() -> dict:
+    return {name: _font(size) for name, size in FONT_PX.items()}
+
+
+@functools.cache
 def _font(size: int):
     from PIL import ImageFont
 
@@ -183,6 +247,6 @@ def _font(size: int):
     return ImageFont.load_default(size)
 
 
-def _text_width(font, text: str) -> int:
+def text_width(font, text: str) -> int:
     left, _, right, _ = font.getbbox(text)
     return int(right - left)
