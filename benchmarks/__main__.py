@@ -3,7 +3,7 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,memory`` runs a subset.
+``--only p1,p2,p3,p4,memory,scale`` runs a subset.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from benchmarks.common import Result, machine
 
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40, demo_pairs=1,
-                 demo_steps=40, p3_blocks=6, p3_block=12, p4_rounds=5),
+                 demo_steps=40, p3_blocks=6, p3_block=12, p4_rounds=5, scale_rounds=3),
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5, demo_pairs=1,
-                  demo_steps=8, p3_blocks=2, p3_block=5, p4_rounds=1),
+                  demo_steps=8, p3_blocks=2, p3_block=5, p4_rounds=1, scale_rounds=1),
 }
-METRICS = ("p1", "p2", "p3", "memory", "p4")
+METRICS = ("p1", "p2", "p3", "memory", "p4", "scale")
 
 
 def log(line: str) -> None:
@@ -84,6 +84,11 @@ def main(argv: List[str]) -> int:
         results += guarded("P1", lambda: [p1_annotate.run(size["p1_number"], size["p1_rounds"])])
         results += guarded("P1 peer", lambda: [p1_annotate.run_peer(
             size["p1_number"], size["peer_rounds"], log=log)])
+    if "scale" in only:  # the report at 1,024 ranks, records generated: no Ray, no nsys
+        from benchmarks import report_scale
+
+        results += guarded("report at scale", lambda: [report_scale.run(
+            size["scale_rounds"], log=log)])
     if only & {"p2", "p3", "memory", "p4"}:
         import ray
 

@@ -115,4 +115,12 @@ def test_p4_result_from_times():
 def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
-    assert METRICS == ("p1", "p2", "p3", "memory", "p4")
+    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "scale")
+
+
+def test_report_scale_runs_at_tiny_size():
+    from benchmarks import report_scale
+
+    result = report_scale.run(rounds=1, ranks=32, log=lambda line: None)
+    assert result.ratio is not None and result.ratio > 0 and result.verdict in ("PASS", "MISS")
+    assert "32 ranks x 8 components x 3 steps" in result.details[0]
