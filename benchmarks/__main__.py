@@ -3,7 +3,9 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,memory,scale`` runs a subset.
+``--only p1,p2,p3,p4,memory,scale`` runs a subset. ``p4`` includes P4 at report sizes of
+about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
+(:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
 """
 
 from __future__ import annotations
@@ -100,6 +102,15 @@ def main(argv: List[str]) -> int:
         finally:
             ray.shutdown()
 
+    if "p4" in only:  # P4 at report sizes of 1-100 MB and on 5 M kernels: no Ray needed
+        from benchmarks import p4_gpu, p4_scale
+
+        quick = args.quick
+        if quick and not os.environ.get(p4_scale.SIZES_ENV):
+            os.environ[p4_scale.SIZES_ENV] = "1"
+        results += guarded("P4 scale", lambda: p4_scale.run(1 if quick else 3, 1, log=log))
+        results += guarded("P4 GPU", lambda: [p4_gpu.run(
+            n=200_000 if quick else p4_gpu.N_BENCH, rounds=1 if quick else 3, log=log)])
     log("")
     log(table(results))
     misses = [r.metric.split(" ")[0] for r in results if r.verdict in ("MISS", "N/A")]

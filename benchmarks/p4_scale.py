@@ -1,0 +1,127 @@
+"""P4 at report sizes of about 1, 20 and 100 MB (issue 17): ``verlprof report`` vs ``nsys
+export`` of the same K = 4 reports, both ``nproc`` at a time, cold and warm, and peak RSS.
+
+The reports come from :mod:`benchmarks.p4_sizes` (cached). Per size, interleaved rounds of:
+
+* ``nsys export --type sqlite`` of the 4 reports and nothing else, ``nproc`` at a time (the
+  baseline);
+* ``verlprof report DIR`` cold (every ``.sqlite`` and the summary deleted first), run by a
+  small wrapper that prints the process's own peak RSS (``ru_maxrss``; the ``nsys export``
+  children are separate processes, their peak is printed too);
+* the same, warm (the exports cached).
+
+Goals: cold <= 1.3x the export; warm <= 0.2x the export; the verlprof process's peak RSS at the
+largest size <= 2x its peak at the smallest. ``VERLPROF_BENCH_P4_SIZES`` (e.g. ``1,20``) picks
+the sizes; the 100 MB set costs ~2 minutes to make the first time and ~1 minute a round.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+from benchmarks.common import Result, median, ns
+from benchmarks.p4_report import clean, compile_package, export_all
+from benchmarks.p4_sizes import SIZES_MB, ensure, report_paths
+
+SIZES_ENV = "VERLPROF_BENCH_P4_SIZES"
+COLD_GOAL = 1.3
+WARM_GOAL = 0.2
+RSS_GOAL = 2.0
+_WRAPPER = ("import resource, sys\n"
+            "from verlprof.cli import main\n"
+            "rc = main(['report', sys.argv[1]])\n"
+            "me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+            "print(f'PEAK_RSS_KIB {me} {kids}', file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+
+
+def sizes() -> List[int]:
+    raw = os.environ.get(SIZES_ENV, "")
+    return [int(x) for x in raw.split(",") if x.strip()] if raw.strip() else list(SIZES_MB)
+
+
+def report_once(folder: str) -> Tuple[float, int, int]:
+    """(wall s, peak RSS KiB of the verlprof process, of its largest child) of one run."""
+    began = ns()
+    proc = subprocess.run([sys.executable, "-c", _WRAPPER, folder], capture_output=True,
+                          text=True, timeout=900, check=False)
+    wall = (ns() - began) / 1e9
+    line = [x for x in proc.stderr.splitlines() if x.startswith("PEAK_RSS_KIB")]
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(f"verlprof report failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+    _, me, kids = line[-1].split()
+    return wall, int(me), int(kids)
+
+
+def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
+    folder = ensure(size_mb, log=log)
+    reports = report_paths(folder)
+    cores = os.cpu_count() or 1
+    out: Dict[str, List[float]] = {k: [] for k in ("export", "cold", "warm", "rss", "kids",
+                                                    "warm_rss")}
+    for _ in range(rounds):
+        began = ns()
+        export_all(reports, cores)
+        out["export"].append((ns() - began) / 1e9)
+        clean(folder)
+        wall, me, kids = report_once(folder)
+        out["cold"].append(wall)
+        out["rss"].append(me)
+        out["kids"].append(kids)
+        wall, me, _ = report_once(folder)
+        out["warm"].append(wall)
+        out["warm_rss"].append(me)
+    clean(folder)
+    mb = sum(os.path.getsize(p) for p in reports) / len(reports) / 1e6
+    log(f"P4 scale {size_mb} MB ({mb:.1f} MB/report): export {median(out['export']):.2f} s, "
+        f"cold {median(out['cold']):.2f} s, warm {median(out['warm']):.2f} s, peak RSS "
+        f"{max(out['rss']) / 1024:.0f} MiB")
+    out["mb"] = [mb]
+    return out
+
+
+def run(rounds: int = 3, large_rounds: int = 1, log=print) -> List[Result]:
+    compile_package()
+    chosen = sizes()
+    figures: Dict[int, Dict[str, List[float]]] = {}
+    for size in chosen:
+        figures[size] = measure(size, large_rounds if size >= 100 else rounds, log=log)
+    return results(figures)
+
+
+def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
+    out: List[Result] = []
+    cores = os.cpu_count() or 1
+    for size, f in figures.items():
+        export, cold, warm = median(f["export"]), median(f["cold"]), median(f["warm"])
+        detail = [f"{f['mb'][0]:.1f} MB/report, K=4: nsys export {cores} at a time "
+                  f"{export:.2f} s; verlprof report cold {cold:.2f} s, warm {warm:.2f} s "
+                  f"(rounds {len(f['cold'])})",
+                  f"verlprof process peak RSS {max(f['rss']) / 1024:.0f} MiB cold, "
+                  f"{max(f['warm_rss']) / 1024:.0f} MiB warm; largest child (nsys export) "
+                  f"{max(f['kids']) / 1024:.0f} MiB"]
+        out.append(Result(f"P4 {size} MB x 4: verlprof report cold vs nsys export",
+                          cold / export, COLD_GOAL, details=detail))
+        out.append(Result(f"P4 {size} MB x 4: verlprof report warm vs nsys export",
+                          warm / export, WARM_GOAL))
+    if len(figures) >= 2:
+        small, large = min(figures), max(figures)
+        out.append(Result(f"P4 peak RSS of verlprof report, {large} MB / {small} MB reports",
+                          max(figures[large]["rss"]) / max(figures[small]["rss"]), RSS_GOAL))
+    return out
+
+
+def run_sizes(selected: Sequence[int], rounds: int, log=print) -> List[Result]:
+    """Only ``selected`` sizes (tests, quick runs)."""
+    compile_package()
+    return results({s: measure(s, rounds, log=log) for s in selected})
+
+
+if __name__ == "__main__":
+    for res in run():
+        print(res.line(), *res.details, sep="\n  ")

@@ -1,0 +1,149 @@
+"""P4 at realistic report sizes: nsys reports of about 1, 20 and 100 MB, made once and cached.
+
+Each size is K = 4 reports (2 ranks x 2 steps) written by the project's own worker command
+(the ``nsys profile ...`` argv that ``verlprof plan`` gives ``actor_rollout_ref`` ranks 0 and 1
+of the demo: NVTX capture range per step, ``repeat:2``) around a child process that uses
+verlprof's own NVTX calls: per step one capture window (:func:`capture_open`), the four demo
+phases as verlprof ranges (:func:`span`), and inside each phase millions of short ranges in the
+*default* domain (``nvtx.push_range``), as user code or ``emit_nvtx`` would leave them. The
+reports and their manifest are cached under ``$VERLPROF_BENCH_CACHE`` (default
+``~/.cache/verlprof-bench``), keyed by size; a later run reuses them.
+
+Generation costs about 2 minutes for the 100 MB set on 2 cores (the first time only).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+RANGES_PER_MB = 80_000
+"""Default-domain ranges per MB of report (200,000 ranges gave 2.1 MB with nsys 2022.4)."""
+PHASES = ("rollout/generate_sequences", "actor/compute_log_prob", "ref/compute_ref_log_prob",
+          "actor/update_actor")
+STEPS = (1, 2)
+RANKS = (0, 1)
+GROUP = "actor_rollout_ref"
+SIZES_MB = (1, 20, 100)
+CACHE_ENV = "VERLPROF_BENCH_CACHE"
+
+
+def cache_root() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
+                                                     "verlprof-bench")
+
+
+def worker_argv(output_prefix: str) -> List[str]:
+    """The launch argv ``verlprof plan`` gives the demo's actor_rollout_ref ranks (2 steps)."""
+    from benchmarks.common import DEMO_CONFIG
+    from verlprof.demo.run import plan_demo
+
+    _, plan, _ = plan_demo(DEMO_CONFIG, [
+        "trainer.profiler.output_dir=/tmp/verlprof-bench-plan", "trainer.total_training_steps=2",
+        "trainer.profile_steps=[1,2]", "actor_rollout_ref.actor.profile_ranks=[0,1]"])
+    argv = list(plan.processes[0].launch_argv)
+    return [a for a in argv if not a.startswith("--output=")] + [f"--output={output_prefix}"]
+
+
+def child(ranges_per_phase: int) -> None:
+    """Runs under nsys: 2 capture windows, 4 verlprof phases each, short default-domain
+    ranges inside every phase."""
+    import nvtx
+
+    from verlprof.backends.nsys.nvtx import capture_close, capture_open, span
+
+    push, pop = nvtx.push_range, nvtx.pop_range
+    for step in STEPS:
+        window = capture_open()
+        with span(f"step/{step}"):
+            for phase in PHASES:
+                with span(phase):
+                    for _ in range(ranges_per_phase):
+                        push("op")
+                        pop()
+        capture_close(window)
+
+
+def reports_dir(size_mb: int) -> str:
+    return os.path.join(cache_root(), f"p4_{size_mb}mb")
+
+
+def ensure(size_mb: int, log=print) -> str:
+    """The output directory (manifest + K = 4 reports) of ``size_mb``, made if not cached."""
+    out = reports_dir(size_mb)
+    if os.path.isfile(os.path.join(out, "manifest.json")):
+        return out
+    began = time.monotonic()
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    per_phase = max(1, size_mb * RANGES_PER_MB // len(PHASES))
+    env = dict(os.environ, NSYS_NVTX_PROFILER_REGISTER_ONLY="0")
+    procs = []
+    for rank in RANKS:
+        raw = os.path.join(tmp, ".raw", f"rank{rank}")
+        os.makedirs(raw, exist_ok=True)
+        argv = worker_argv(os.path.join(raw, f"{GROUP}_rank{rank}_%p")) + [
+            sys.executable, "-m", "benchmarks.p4_sizes", "--child", str(per_phase)]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, cwd=_root()))
+    for proc in procs:
+        proc.wait(timeout=1800)
+    entries = []
+    for rank in RANKS:
+        found = sorted(glob.glob(os.path.join(tmp, ".raw", f"rank{rank}", "*.nsys-rep")),
+                       key=os.path.getmtime)
+        if len(found) != len(STEPS):
+            raise RuntimeError(f"P4 sizes: rank {rank} wrote {len(found)} reports, expected "
+                               f"{len(STEPS)}")
+        for step, path in zip(STEPS, found):
+            rel = os.path.join(f"step{step:04d}", GROUP, f"rank{rank}",
+                               f"{GROUP}_step{step}_rank{rank}.nsys-rep")
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            os.replace(path, os.path.join(tmp, rel))
+            entries.append(_entry(step, rank, rel, os.path.getsize(os.path.join(tmp, rel))))
+    shutil.rmtree(os.path.join(tmp, ".raw"), ignore_errors=True)
+    _write_manifest(tmp, out, entries)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    log(f"P4 sizes: made {len(entries)} reports of ~{size_mb} MB in {out} "
+        f"({time.monotonic() - began:.0f} s)")
+    return out
+
+
+def _entry(step: int, rank: int, rel: str, size: int) -> Dict:
+    return {"steps": [step], "group": GROUP, "rank": rank, "component": GROUP,
+            "backend": "nsys", "path": rel, "status": "ok", "bytes": size,
+            "roles": ["actor", "rollout", "ref"]}
+
+
+def _write_manifest(folder: str, out: str, entries: List[Dict]) -> None:
+    from verlprof.manifest import Manifest, ReportEntry, write_manifest
+
+    reports = tuple(ReportEntry(**{**e, "steps": tuple(e["steps"]), "roles": tuple(e["roles"])})
+                    for e in entries)
+    write_manifest(Manifest(tool="nsys", output_dir=out, step_windows=((1,), (2,)),
+                            reports=reports, groups={GROUP: len(RANKS)}), folder)
+
+
+def _root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def report_paths(out: str) -> List[str]:
+    with open(os.path.join(out, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    return [os.path.join(out, r["path"]) for r in manifest["reports"]]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(int(sys.argv[2]))
+    else:
+        for mb in [int(a) for a in sys.argv[1:]] or SIZES_MB:
+            print(ensure(mb))
