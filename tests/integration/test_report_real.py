@@ -25,10 +25,12 @@ import pytest
 from rich.console import Console
 
 from tests.helpers import NSYS_SAFE_OPTS, require_nsys
+from tests.png_content import check_steps_png, check_timeline_png
 from verlprof import paths
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
 from verlprof.report.cli import main as report_main
+from verlprof.report.timeline import build_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -237,6 +239,15 @@ def test_timeline_files(nsys_run):
     width = int.from_bytes(png[16:20], "big")
     height = int.from_bytes(png[20:24], "big")
     assert width >= 1200 and 250 <= height <= 1200 and len(png) > 15_000
+    # what it shows (tests/png_content.py): each lane labelled, each phase's bar in its lane,
+    # colour and x range, the straggler outlined; the steps picture's columns
+    summary = nsys_run["summary"]
+    data = build_timeline(summary.records, summary.steps, summary.windows, summary.stragglers,
+                          summary.t0_ns)
+    checked = check_timeline_png(written["timeline.png"], data)
+    assert checked["lane"] == len(data.lanes) and checked["outline"] >= 2 and checked["bar"]
+    assert check_steps_png(written["timeline_steps.png"], summary.spreads, summary.stragglers,
+                           data.colours) == len(summary.spreads)
     html = _read(written["timeline.html"])
     assert "actor_rollout_ref r1" in html and "update_actor" in html and "<svg" in html
 

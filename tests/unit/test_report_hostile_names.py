@@ -32,6 +32,7 @@ from verlprof.report.summary import analyse
 from verlprof.report.timeline import build_timeline
 from verlprof.report.timeline_html import render_html
 from verlprof.report.timeline_png import label, write_png
+from verlprof.report.timeline_steps import lane_name, write_steps_png
 from verlprof.safe_text import (
     csv_raw,
     md_text,
@@ -188,13 +189,19 @@ def test_png_draws_the_visible_name_as_text(name, tmp_path_factory):
     data = build_timeline(summary.records, summary.steps, summary.windows, summary.stragglers,
                           summary.t0_ns)
     path = str(tmp_path_factory.mktemp("png") / "t.png")
+    steps_path = str(tmp_path_factory.mktemp("png") / "s.png")
     with mock.patch.object(ImageDraw.ImageDraw, "text", record):
         write_png(data, path, title=f"verlprof timeline: {name}")
-    with open(path, "rb") as handle:
-        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+        write_steps_png(summary.spreads, summary.stragglers, data.colours, steps_path,
+                        title=f"verlprof phases by step: {name}")
+    for written in (path, steps_path):
+        with open(written, "rb") as handle:
+            assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     assert label(shown_name(name), "legend") in drawn
     assert label(f"{shown_name(name)} r0", "lane") in drawn
     assert label(f"verlprof timeline: {name}", "title") in drawn
+    assert label(lane_name("critic", "critic", shown_name(name)), "lane") in drawn
+    assert label(f"verlprof phases by step: {name}", "title") in drawn
     assert not [t for t in drawn if hidden(t)]
 
 

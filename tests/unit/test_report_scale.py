@@ -193,3 +193,22 @@ def test_scale_html_lists_bands_not_ranks(scale):
         html = handle.read()
     assert '"bands":[[' in html and "critic_train r1023" not in html
     assert os.path.getsize(scale.paths["timeline.html"]) < 200_000
+
+
+def test_scale_html_script_draws_bands_and_outliers(scale, tmp_path):
+    """The page's JavaScript under node (tests/unit/test_report_outputs.py's DOM stub)."""
+    import shutil
+    import subprocess
+
+    from tests.unit.test_report_outputs import NODE_DOM_STUB
+
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("node not installed")
+    out = subprocess.run([node, "-e", NODE_DOM_STUB, scale.paths["timeline.html"]],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    drawn = json.loads(out.stdout)
+    # 39 bars (controller, r517, 4 critic_train outliers) + 3 rects per band (8 x 3 steps)
+    assert drawn["bars"] == 3 * (8 + 1 + 4) + 3 * 8 * 3
+    assert drawn["stragglers"] == 3 + 4 and drawn["zero"] == 0 and drawn["steps"] == 3

@@ -77,7 +77,8 @@ def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> S
             Cell(ms(statistics.median(by_step[steps[0]]))),
             Cell(ms(statistics.median(by_step[steps[-1]]))),
             Cell(f"s{slow.step} r{slow.rank}" + ("!" if slow_flag else ""), slow_flag),
-            Cell(f"{count} in {in_steps} steps" if count else "", bool(count))))
+            Cell(f"{count} in {in_steps} step{'' if in_steps == 1 else 's'}" if count else "",
+                 bool(count))))
         previous = group
     steps = profiled_steps(rows)
     span = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
