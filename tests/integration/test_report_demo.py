@@ -13,8 +13,10 @@ from rich.console import Console
 
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import run_case
+from tests.png_content import check_timeline_png
 from verlprof.backends.nsys.cli import export_sqlite
 from verlprof.report import summarize
+from verlprof.report.timeline import build_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +65,12 @@ def test_planted_straggler_is_flagged_and_nothing_else(demo_run):
     assert flagged == {(1, "critic", 1, "update_critic"), (2, "critic", 1, "update_critic")}
     assert not summary.missing
     assert os.path.getsize(summary.paths["timeline.png"]) > 10_000
+    # the picture shows it: rank 1's update_critic bars outlined in red, every bar in its lane
+    data = build_timeline(summary.records, summary.steps, summary.windows, summary.stragglers,
+                          summary.t0_ns)
+    outlined = {(b.lane, b.phase) for b in data.bars if b.straggler}
+    assert outlined == {(data.lanes.index("critic r1"), "update_critic")}
+    assert check_timeline_png(summary.paths["timeline.png"], data)["outline"] >= 2 * 4
 
 
 def test_durations_agree_with_the_sqlite(demo_run):
