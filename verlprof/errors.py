@@ -11,6 +11,9 @@ class ConfigError(ValueError):
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
 
+    def __reduce__(self):  # crosses Ray (raised inside the controller actor) intact
+        return (type(self), (self.key, self.message))
+
 
 class ProfilingRuntimeError(RuntimeError):
     """A failure while profiling a live run. The message names every failing rank; ``group``
@@ -20,3 +23,6 @@ class ProfilingRuntimeError(RuntimeError):
         self.group = group
         self.rank = rank
         super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.group, self.rank))

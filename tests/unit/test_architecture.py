@@ -17,6 +17,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (  # (module prefix, stage), most specific
     ("verlprof.errors", "contracts"), ("verlprof.paths", "contracts"),
     ("verlprof.manifest", "contracts"), ("verlprof.records", "contracts"),
     ("verlprof.version", "contracts"), ("verlprof.safe_text", "contracts"),
+    ("verlprof.storage", "contracts"),
     ("verlprof.config", "config"),
     ("verlprof.plan.model", "plan.model"),
     ("verlprof.plan", "plan"),

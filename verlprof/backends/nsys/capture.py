@@ -20,6 +20,7 @@ from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import nvtx
 from verlprof.backends.nsys.cli import wait_for_reports
+from verlprof.backends.nsys.reports import ReportWait
 from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
@@ -84,6 +85,7 @@ class NsysCapture(Capture):
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
         by_ordinal: Dict[int, str] = {}
+        waited: Optional[ReportWait] = None
         total = len(opened) + self._fillers
         if total:
             waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S)
@@ -95,8 +97,10 @@ class NsysCapture(Capture):
             raw = by_ordinal.get(n)
             if raw is None:
                 out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
-                                 reason=f"nsys wrote no report for window {n} within "
-                                        f"{timeout_s:g}s", start_ns=record.start_ns,
+                                 reason=(f"nsys could not write its report for window {n}: "
+                                         f"{waited.problem}" if waited and waited.problem else
+                                         f"nsys wrote no report for window {n} within "
+                                         f"{timeout_s:g}s"), start_ns=record.start_ns,
                                  end_ns=record.end_ns))
             else:
                 out.append(worker_report(record.window, raw_path=raw, status=STATUS_OK,

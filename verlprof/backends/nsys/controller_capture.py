@@ -12,6 +12,7 @@ from verlprof import paths
 from verlprof.backends.nsys import nvtx
 from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals
 from verlprof.backends.nsys.cli import wait_for_reports
+from verlprof.backends.nsys.reports import ReportWait
 from verlprof.manifest import ReportEntry
 from verlprof.plan.model import ProfilePlan
 from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow
@@ -70,7 +71,7 @@ class ControllerCapture:
                     os.remove(path)
                 path, reason = None, f"controller window {list(window)} never opened"
             else:
-                reason = None if path else f"nsys wrote no report within {timeout_s:g}s"
+                reason = None if path else _no_report(waited, timeout_s)
             relpath = (os.path.relpath(path, self.plan.output_dir) if path else
                        f"{paths.CONTROLLER_DIR}/{base}.{n}{paths.EXTENSIONS['nsys']}")
             entries.append(ReportEntry(
@@ -80,3 +81,10 @@ class ControllerCapture:
                 bytes=os.path.getsize(path) if path else 0, reason=reason,
                 transfer="direct" if path else None))
         return entries
+
+
+def _no_report(waited: ReportWait, timeout_s: float) -> str:
+    """Why a planned report is not there: the directory could not be written, or time ran out."""
+    if waited.problem:
+        return f"nsys could not write its report: {waited.problem}"
+    return f"nsys wrote no report within {timeout_s:g}s"

@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Union
 
 from verlprof.backends.nsys.procs import _pids, open_files
+from verlprof.storage import write_problem
+
+STALL_S = 3.0
+"""After this long with no report file changing, the wait asks whether the directory can still
+be written at all (a full disk: nsys cannot create its file, and waiting on is pointless)."""
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -43,6 +48,8 @@ class ReportWait:
     """What is not there: literal paths not final, and a count line for short globs."""
     expected: int
     elapsed_s: float
+    problem: Optional[str] = None
+    """Why the wait gave up early: the directory cannot be written (full disk, read-only)."""
 
     @property
     def complete(self) -> bool:
@@ -102,6 +109,9 @@ def wait_for_reports(patterns: Union[PathLike, Sequence[PathLike]],
     expected = expected_count if expected_count is not None else len(specs)
     t0 = time.monotonic()
     last: Dict[str, tuple] = {}
+    changed_at = t0
+    problem: Optional[str] = None
+    folders = sorted({os.path.dirname(s) or "." for s in specs})
     while True:
         present: Set[str] = set()
         per_glob: Dict[str, Set[str]] = {}
@@ -121,19 +131,25 @@ def wait_for_reports(patterns: Union[PathLike, Sequence[PathLike]],
         steady = {p for p, s in stats.items() if s[0] > 0 and last.get(p) == s
                   and not _has_temp_sibling(Path(p))}
         final = steady - _busy_paths(steady)
+        now = time.monotonic()
+        if stats != last:
+            changed_at = now
         last = stats
         pending = sorted(set(stats) - final)
         missing = [s for s in literals if os.path.realpath(s) not in final]
         missing += [f"no finalised report matching {g}" for g in globs_
                     if not (per_glob.get(g, set()) & final)]
-        elapsed = time.monotonic() - t0
+        elapsed = now - t0
         done = len(final) >= expected and not missing and not pending
-        if done or elapsed >= timeout_s:
+        if not done and now - changed_at >= STALL_S:
+            problem = next(filter(None, map(write_problem, folders)), None)
+            changed_at = now  # ask again only after another quiet spell
+        if done or elapsed >= timeout_s or problem:
             if len(final) < expected and not missing:
                 missing.append(f"{expected - len(final)} more report(s) matching "
                                f"{', '.join(specs)} (expected {expected}, "
                                f"found {len(final)} finalised)")
             return ReportWait(sorted(Path(p) for p in final), [Path(p) for p in pending],
-                              missing, expected, elapsed)
+                              missing, expected, elapsed, problem)
         time.sleep(poll_s)
 
