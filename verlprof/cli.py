@@ -120,6 +120,20 @@ def _one_line(err: BaseException) -> str:
     return visible(" ".join(str(err).split()))
 
 
+def _note_existing_run(plan) -> None:
+    """What a run would meet in its output directory today (another run, or one going on)."""
+    from verlprof.runtime.ownership import POLICY_KEY, inspect
+
+    found = inspect(plan.output_dir) if plan.enabled else None
+    if found is None:
+        return
+    policy = plan.policy.existing_run
+    outcome = {"refuse": "a run started now is refused",
+               "new_subdir": "a run started now writes into <output_dir>/<run id>/",
+               "reuse": "a run started now writes over it (refused while that run goes on)"}
+    print(f"note: {visible(found)}; with {POLICY_KEY}={policy} {outcome[policy]}")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("plan", "check"):
         from verlprof.config import load_config
@@ -142,6 +156,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         for warning in loaded.warnings:
             if warning not in plan.warnings:
                 print(f"warning: {visible(warning)}")
+        _note_existing_run(plan)
         return 0
     if args.command == "report":
         from verlprof.report.cli import run_report_command

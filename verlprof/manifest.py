@@ -157,6 +157,9 @@ class Manifest:
     runs without a hook: empty)."""
     verl_release: Optional[str] = None
     """The verl release whose config keys the run used (None: not a verl layout)."""
+    run_id: Optional[str] = None
+    """The run that wrote it, ``<UTC yyyymmdd-HHMMSS>-<host>-<pid>`` (manifests before this
+    field: None). One run, one manifest: see ``verlprof/runtime/ownership.py``."""
 
     def by_status(self, status: Status) -> List[ReportEntry]:
         """Entries with ``status``."""

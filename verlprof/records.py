@@ -20,6 +20,8 @@ Status = Literal["ok", "missing", "incomplete"]
 """What became of a planned report."""
 OnRankFailure = Literal["continue", "raise"]
 """What the controller does when a rank fails or dies."""
+ExistingRun = Literal["refuse", "new_subdir", "reuse"]
+"""What a run does when its output directory already holds another run's manifest or reports."""
 Transfer = Literal["rename", "ray", "direct"]
 """How a report reached output_dir."""
 StartReply = Literal["started", "already-started", "not-planned", "finalized", "not-configured"]
@@ -37,6 +39,8 @@ STATUS_INCOMPLETE: Status = "incomplete"
 STATUSES: Tuple[Status, ...] = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
 ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = get_args(OnRankFailure)
 """The valid ``on_rank_failure`` values, read from the Literal so they are written once."""
+EXISTING_RUN: Tuple[ExistingRun, ...] = get_args(ExistingRun)
+"""The valid ``existing_run`` values."""
 
 StepWindow = Tuple[int, ...]
 """Training steps one window covers: one step, or a consecutive run when continuous."""

@@ -17,6 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Type, get_type_hints
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
 from verlprof.config.schema import (
+    EXISTING_RUN,
     ON_RANK_FAILURE,
     TOOLS,
     TRIGGERS,
@@ -111,7 +112,9 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
                                              f"{PREFIX}.finalize_timeout_s",
                                              cfg.finalize_timeout_s),
         on_rank_failure=v.choice(block.get("on_rank_failure"), f"{PREFIX}.on_rank_failure",
-                                 ON_RANK_FAILURE, default=cfg.on_rank_failure))
+                                 ON_RANK_FAILURE, default=cfg.on_rank_failure),
+        existing_run=v.choice(block.get("existing_run"), f"{PREFIX}.existing_run",
+                              EXISTING_RUN, default=cfg.existing_run))
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
     _read_rocprof(block.get("rocprof_sys"), draft)

@@ -17,8 +17,9 @@ from dataclasses import Field, dataclass, field
 from types import MappingProxyType
 from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 
+from verlprof.records import EXISTING_RUN as EXISTING_RUN  # re-exported: a config choice
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
-from verlprof.records import OnRankFailure, Tool, Trigger, VerlRelease
+from verlprof.records import ExistingRun, OnRankFailure, Tool, Trigger, VerlRelease
 
 OptionValue = Union[str, int, float, bool, None]
 
@@ -239,6 +240,14 @@ class ProfilingConfig:
 
     finish_hook: FinishHookConfig = field(default_factory=FinishHookConfig)
     """A command run once after every report is gathered."""
+
+    existing_run: ExistingRun = "refuse"
+    """When ``output_dir`` already holds another run (its ``manifest.json``, reports no manifest
+    lists, or the lock of a run still going): ``refuse`` stops before any worker starts, with
+    one line naming that run; ``new_subdir`` writes this run into ``<output_dir>/<run id>/``
+    and leaves the rest untouched; ``reuse`` writes into ``output_dir`` anyway (the old
+    manifest is replaced, its reports stay on disk unlisted). A run still going there is
+    never shared: ``refuse`` and ``reuse`` stop, ``new_subdir`` takes a subdirectory."""
 
     source: str = field(default="seed", metadata=SET_BY_LOADER)
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,

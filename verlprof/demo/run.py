@@ -49,7 +49,23 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     profiler finish, shuts Ray down and re-raises (:class:`ProfilingTerminated` for SIGTERM).
     ``runner_class``: the controller actor (default the demo's
     :class:`~verlprof.demo.trainer.TaskRunner`; same ``identity``/``run`` methods).
+
+    First of all the run claims its output directory
+    (:func:`verlprof.runtime.ownership.claim_output`): one line and nothing started when it
+    holds another run, or ``<output_dir>/<run id>/`` with ``existing_run=new_subdir``. The
+    result's ``run_id`` and ``output_dir`` say which; the lock goes when this returns.
     """
+    from verlprof.runtime.ownership import claim_output
+
+    with claim_output(plan) as claim:  # before anything starts; released however this ends
+        return {**_run_claimed(loaded, claim.plan, claim.env(), ray_address=ray_address,
+                               start_timeout_s=start_timeout_s, runner_class=runner_class),
+                "run_id": claim.run_id, "output_dir": claim.output_dir}
+
+
+def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
+                 ray_address: Optional[str], start_timeout_s: float,
+                 runner_class: Any) -> Dict[str, Any]:
     import ray
 
     from verlprof.demo.trainer import TaskRunner
@@ -69,8 +85,9 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
         placement = ({"resources": dict(demo["controller_resources"])}
                      if demo.get("controller_resources") else {})
         runner_cls: Any = runner_class or TaskRunner
-        runner = runner_cls.options(**controller_options(plan),
-                                                     **placement).remote()
+        # the controller adopts this run's claim (run_env) instead of claiming again
+        runner = runner_cls.options(**controller_options(plan, {"env_vars": run_env}),
+                                    **placement).remote()
         who: Optional[ProcessIdentity] = None
         try:
             who = ray.get(runner.identity.remote(), timeout=start_timeout_s)
@@ -140,18 +157,20 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
     result = run_trainer(loaded, plan, ray_address=ray_address)
     controller = result["controller"]
     manifest = result["manifest"]
+    output_dir = result["output_dir"]  # <output_dir>/<run id>/ with existing_run=new_subdir
     print(f"verlprof controller ran on host={controller['host']} pid={controller['pid']}")
-    print(f"verlprof output dir: {plan.output_dir}")
+    print(f"verlprof run: {result['run_id']}")
+    print(f"verlprof output dir: {output_dir}")
     counts: Dict[str, int] = {}
     for entry in manifest["reports"]:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-        where = os.path.join(plan.output_dir, entry["path"])
+        where = os.path.join(output_dir, entry["path"])
         suffix = "" if entry["status"] == "ok" else f"  [{entry['status']}: {entry['reason']}]"
         print(f"  {where}{suffix}")
     print("verlprof reports: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    print(f"verlprof manifest: {os.path.join(plan.output_dir, 'manifest.json')}")
+    print(f"verlprof manifest: {os.path.join(output_dir, 'manifest.json')}")
     if plan.enabled:
-        _summarise(plan.output_dir)
+        _summarise(output_dir)
     return 0 if set(counts) <= {"ok"} else 1
 
 

@@ -73,7 +73,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         controller_options_key=config.nsys.controller_options_key,
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
                          rpc_timeout_s=config.rpc_timeout_s,
-                         finalize_timeout_s=config.finalize_timeout_s),
+                         finalize_timeout_s=config.finalize_timeout_s,
+                         existing_run=config.existing_run),
         finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release,
         disabled_reason="" if config.enabled else config.disabled_reason)
 

@@ -16,6 +16,7 @@ import dacite
 from verlprof.config.schema import ProfilingConfig
 from verlprof.config.topology import GroupTopology, UnprofiledGroup
 from verlprof.records import (
+    ExistingRun,
     Mode,
     OnRankFailure,
     ReportIdentity,
@@ -56,6 +57,8 @@ class RunPolicy:
     """Seconds a start/stop RPC to a rank is waited for."""
     finalize_timeout_s: float = ProfilingConfig.finalize_timeout_s
     """Seconds each rank may take to finish writing its reports at the end."""
+    existing_run: ExistingRun = ProfilingConfig.existing_run
+    """What a run does when output_dir already holds another run (runtime/ownership.py)."""
 
 
 @dataclass(frozen=True)

@@ -74,13 +74,21 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
                              "caps how many reports are read at once")
+    parser.add_argument("--run", metavar="ID", default=None,
+                        help="when OUTPUT_DIR holds several runs (each with its manifest, "
+                             "e.g. <run id>/ subdirectories), summarise only this one "
+                             "(default: each on its own)")
     return parser
 
 
 def run_report_command(args: argparse.Namespace) -> int:
     """Summarise ``args.output_dir``; 0 on success, 2 with one line on stderr for a bad dir."""
+    from verlprof.report.runs import report_runs
     from verlprof.report.summary import summarize
 
+    several = report_runs(args, run_report_command)  # one summary per run, never mixed
+    if several is not None:
+        return several
     try:
         if getattr(args, "memory_budget", None) is not None:  # read by report.load's readers
             from verlprof.report.budget import BUDGET_ENV, parse_size

@@ -52,7 +52,7 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook
+from verlprof.runtime import finish_hook, ownership
 from verlprof.runtime.collect import (
     collect_at_exit,
     move_all,
@@ -99,7 +99,9 @@ class ProfileController:
         if on_rank_failure not in ON_RANK_FAILURE:
             raise ValueError(f"on_rank_failure must be one of {', '.join(ON_RANK_FAILURE)}, "
                              f"not {on_rank_failure!r}")
-        self.plan = plan
+        # this run's output directory (maybe <output_dir>/<run id>/), or one line refusing it
+        self.run = ownership.adopt_or_claim(plan)
+        self.plan = plan = self.run.plan
         self.finalize_timeout_s = (policy.finalize_timeout_s if finalize_timeout_s is None
                                    else finalize_timeout_s)
         self.on_rank_failure: OnRankFailure = on_rank_failure
@@ -114,7 +116,7 @@ class ProfileController:
         self._next: Dict[Target, Optional[StepWindow]] = {}
         self._open: Optional[StepWindow] = None
         self._done_windows: Set[StepWindow] = set()
-        self._warnings: List[str] = list(plan.warnings)
+        self._warnings: List[str] = list(plan.warnings) + list(self.run.notes)
         self._finalized: Optional[Manifest] = None
         self._signals = SignalGuard()
         line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
@@ -286,11 +288,13 @@ class ProfileController:
             if self.plan.finish_hook is not None:
                 manifest = self._run_finish_hook(manifest, self.plan.finish_hook)
             self._finalized = manifest
+            self.run.release()
         return manifest
 
     def _write(self, manifest: Manifest) -> Manifest:
         try:
-            write_manifest(manifest, self.plan.output_dir)
+            if self.run.writes_manifest:  # False: profiling off, another run's manifest there
+                write_manifest(manifest, self.plan.output_dir)
         except OSError as err:  # one line naming the key and the free space (disk full?)
             raise ProfilingRuntimeError(
                 f"trainer.profiler.output_dir: cannot write {paths.MANIFEST_NAME} to "
@@ -352,6 +356,7 @@ class ProfileController:
                     logger.error("verlprof: finalize after %s failed: %s",
                                  exc_type.__name__, describe_error(err))
         finally:
+            self.run.release()
             received = self._signals.restore()
         if received is not None:
             self._signals.pass_on()
@@ -369,7 +374,7 @@ class ProfileController:
             source=self.plan.source, warnings=tuple(dict.fromkeys(self._warnings)),
             verl_release=self.plan.verl_release,
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            verlprof_version=__version__)
+            verlprof_version=__version__, run_id=self.run.run_id)
 
     def _on_errors(self, errors: List[RankError],
                    raise_errors: Optional[bool] = None) -> None:

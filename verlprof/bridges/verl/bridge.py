@@ -51,8 +51,8 @@ class Bridge:
 
     def __init__(self, plan: ProfilePlan, controller: Optional[ProfileController] = None,
                  **controller_options: Any):
-        self.plan = plan
         self.controller = controller or ProfileController(plan, **controller_options)
+        self.plan = self.controller.plan  # <output_dir>/<run id>/ when the claim says so
         self.groups = GroupMap(plan)
         self.manifest: Optional[Manifest] = None
         self._open: Optional[Tuple[int, AbstractContextManager]] = None

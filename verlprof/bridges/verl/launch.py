@@ -25,6 +25,7 @@ from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
 from verlprof.runtime.launch import controller_options
+from verlprof.runtime.ownership import claim_output
 
 STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""
@@ -63,12 +64,14 @@ class TaskRunnerLauncher:
     """What ``run_ppo`` expects of ``task_runner_class`` (``.remote()`` and
     ``.options(...).remote()``), launching verl's TaskRunner as the plan says."""
 
-    def __init__(self, task_runner_class: Any, plan: ProfilePlan):
+    def __init__(self, task_runner_class: Any, plan: ProfilePlan,
+                 run_env: Optional[Dict[str, str]] = None):
         import ray
 
         base = getattr(task_runner_class, "__ray_actor_class__", task_runner_class)
         defaults = dict(getattr(task_runner_class, "_default_options", {}) or {})
         self.plan = plan
+        self.run_env = dict(run_env or {})  # the controller adopts the driver's claim
         self.actor_class = ray.remote(**defaults)(_runner_class(base, plan)) if defaults \
             else ray.remote(_runner_class(base, plan))
 
@@ -84,7 +87,7 @@ class TaskRunnerLauncher:
         runtime_env = dict(options.get("runtime_env") or {})
         runtime_env.pop("nsight", None)
         runtime_env = controller_options(self.plan, runtime_env)["runtime_env"]
-        runtime_env["env_vars"] = bridge_env(runtime_env.get("env_vars"))
+        runtime_env["env_vars"] = {**bridge_env(runtime_env.get("env_vars")), **self.run_env}
         return {**options, "runtime_env": runtime_env}
 
 
@@ -102,8 +105,10 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
 
     def run_ppo_profiled(config: DictConfig, task_runner_class: Any = None,
                          *args: Any, **kwargs: Any) -> Any:
-        plan = prepare(config)
-        return run_ppo(config, TaskRunnerLauncher(task_runner_class, plan), *args, **kwargs)
+        # the output directory is this run's before verl starts anything (one line if not)
+        with claim_output(prepare(config)) as run:
+            return run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan, run.env()),
+                           *args, **kwargs)
 
     run_ppo_profiled.__wrapped__ = run_ppo  # type: ignore[attr-defined]
     return run_ppo_profiled
