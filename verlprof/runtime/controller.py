@@ -59,6 +59,7 @@ from verlprof.runtime.collect import (
     partial_reports,
     unreachable_reports,
 )
+from verlprof.runtime.output_guard import OutputGuard
 from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
@@ -125,6 +126,7 @@ class ProfileController:
             print(line, flush=True)
         if preflight:
             check_before_start(plan, timeout_s=preflight_timeout_s, dry_run=preflight != "quick")
+        self._output = OutputGuard(plan, echo=echo, warn=self._warnings.append)
         self._controller = ControllerCapture(plan)
         if self._controller.attached:
             # nsys does not create its -o directory: it would write to /tmp instead
@@ -190,7 +192,8 @@ class ProfileController:
         if self._open is not None and step not in self._open:
             self.stop_all()
         window = self.plan.window_starting_at(step)
-        if window is not None and window not in self._done_windows:
+        if window is not None and window not in self._done_windows \
+                and self._output.window_may_open(window, self.on_rank_failure == "raise"):
             self._done_windows.add(window)
             self._open = window
             self._controller.open(window)
@@ -242,13 +245,15 @@ class ProfileController:
         ``verlprof_stop()`` goes without arguments (it closes what is armed), as in ``_start``."""
         started, self._started = self._started, {}
         self._open = None
-        self._controller.close()
         targets = [t for t in started if t not in self._rpc.failed]
-        if targets:
-            _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
-            for target, _ in errors:
-                self._next[target] = None
-            self._on_errors(errors, raise_errors)
+        try:
+            if targets:
+                _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
+                for target, _ in errors:
+                    self._next[target] = None
+                self._on_errors(errors, raise_errors)
+        finally:  # the workers' windows first: none of them takes in this process's close
+            self._controller.close()
 
     # -- end of run ------------------------------------------------------------------------
     def finalize(self, timeout_s: Optional[float] = None) -> Manifest:
@@ -284,6 +289,7 @@ class ProfileController:
                 items.extend(unreachable_reports(plans[target], where, reason))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
             entries += self._controller.collect(timeout, local_node)
+            entries = self._output.before_manifest(entries)
             manifest = self._write(self._manifest(entries))
             if self.plan.finish_hook is not None:
                 manifest = self._run_finish_hook(manifest, self.plan.finish_hook)

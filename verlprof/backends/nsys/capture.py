@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
-from verlprof.backends.nsys import nvtx
+from verlprof.backends.nsys import capture_range, nvtx
 from verlprof.backends.nsys.cli import wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait
 from verlprof.plan.model import ProcessPlan, Window
@@ -41,7 +41,7 @@ class NsysCapture(Capture):
 
     def open(self, window: Window) -> None:
         if self.trigger == "nvtx":
-            self._handle = nvtx.capture_open()
+            self._handle = capture_range.open_window()
         else:
             import torch
 
@@ -51,7 +51,7 @@ class NsysCapture(Capture):
     def close(self, window: Window) -> None:
         if self.trigger == "nvtx":
             handle, self._handle = self._handle, None
-            nvtx.capture_close(handle)
+            capture_range.close_window(handle)  # returns at once; nsys finishes meanwhile
         else:
             import torch
 
@@ -84,6 +84,7 @@ class NsysCapture(Capture):
 
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
+        capture_range.settle()  # every window's end has reached nsys
         by_ordinal: Dict[int, str] = {}
         waited: Optional[ReportWait] = None
         total = len(opened) + self._fillers

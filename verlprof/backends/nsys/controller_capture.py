@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional
 
 from verlprof import paths
-from verlprof.backends.nsys import nvtx
+from verlprof.backends.nsys import capture_range, nvtx
 from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals
 from verlprof.backends.nsys.cli import wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait
@@ -29,13 +29,13 @@ class ControllerCapture:
 
     def open(self, window: StepWindow) -> None:
         if self.attached and self._handle is None:
-            self._handle = nvtx.capture_open()
+            self._handle = capture_range.open_window()
             self._windows.append(window)
 
     def close(self) -> None:
         if self._handle is not None:
             handle, self._handle = self._handle, None
-            nvtx.capture_close(handle)
+            capture_range.close_window(handle)
 
     @contextmanager
     def range(self, label: str) -> Iterator[None]:
@@ -50,6 +50,7 @@ class ControllerCapture:
         if not self.attached:
             return []
         self.close()
+        capture_range.settle()
         opened = list(self._windows)
         # like a worker, close the plan out so nsys writes its repeat:N reports now
         fillers = [w for w in self.plan.controller.windows if w not in opened]

@@ -77,6 +77,9 @@ class NvtxEmitter:
     enabled = True
     backend = "?"
     domain_aware = True
+    releases_gil = False
+    """True when a call lets other Python threads run (ctypes): a slow range end can then be
+    moved off the caller's thread (:mod:`verlprof.backends.nsys.capture_range`)."""
 
     def range_start(self, name: str, domain: str = NVTX_DOMAIN) -> Any:  # pragma: no cover
         raise NotImplementedError

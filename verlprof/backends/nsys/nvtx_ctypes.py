@@ -105,6 +105,7 @@ class _CtypesEmitter(NvtxEmitter):
     """ctypes into an NVTX shared library (domain API, registered strings)."""
 
     backend = "ctypes"
+    releases_gil = True  # ctypes drops the GIL around each foreign call
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self._c = lib
