@@ -82,7 +82,12 @@ def read_nsys_sqlite(sqlite_path: str, index: int = 0,
             marks.append(StepMark(int(step.group(1)), start, end))
         elif "/" in r.text:
             phases.append((r.text, r.start_ns, r.end_ns, r.global_tid))
-    if window is None and bounds.end_ns > bounds.start_ns:
+    if window is not None:
+        # the window ends on a background thread (capture_range): a range that the next step
+        # began before nsys registered the end is still open at the window's end, where nsys
+        # cuts it off; a phase of the window itself ended before the window was closed
+        phases = [p for p in phases if base + p[2] < window[1]]
+    elif bounds.end_ns > bounds.start_ns:
         window = (base + bounds.start_ns, base + bounds.end_ns)
 
     # GPU time per phase is summed by SQLite (gpu_sql): never one Python object per kernel
