@@ -177,7 +177,9 @@ def test_scale_picture_has_bands_and_outlier_lanes(scale):
     data = build_timeline(scale.records, scale.steps, scale.windows, scale.stragglers,
                           scale.t0_ns)
     assert data.lanes[0] == "controller" and len(data.lanes) == 1 + 8 + 1 + 4
-    assert "actor_train: 1024 ranks" in data.lanes and "actor_train r517" in data.lanes
+    assert "actor_train: 1024 ranks, 1 straggler" in data.lanes
+    assert "actor_train r517" in data.lanes and "rollout: 1024 ranks" in data.lanes
+    assert "critic_train: 1024 ranks, 8 stragglers" in data.lanes  # 4 of them get a lane
     outliers = [lane for lane in data.lanes if lane.startswith("critic_train r")]
     assert len(outliers) == 4 and all(int(x.split("r")[-1]) in SLOW_NODE[1] for x in outliers)
     assert len(data.bands) == 8 * 3 and len(data.bars) == 3 * (8 + 1 + 4)

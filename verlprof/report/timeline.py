@@ -80,11 +80,14 @@ class TimelineData:
     """Distributions drawn on the band lanes of groups with many ranks."""
 
 
-def lane_label(group: str, rank: int, ranks: int = 0) -> str:
-    """``critic r3``; a band lane (``rank`` :data:`BAND_RANK`): ``critic: 1024 ranks``."""
+def lane_label(group: str, rank: int, ranks: int = 0, slow: int = 0) -> str:
+    """``critic r3``; a band lane (``rank`` :data:`BAND_RANK`): ``critic: 1024 ranks``, and
+    ``, 8 stragglers`` when ``slow`` ranks of it were flagged (more than get their own lane)."""
     if group == CONTROLLER_GROUP:
         return CONTROLLER_GROUP
-    return f"{group}: {ranks} ranks" if rank == BAND_RANK else f"{group} r{rank}"
+    if rank != BAND_RANK:
+        return f"{group} r{rank}"
+    return f"{group}: {ranks} ranks" + (f", {slow} straggler{'s' * (slow > 1)}" if slow else "")
 
 
 def phase_colours(phases: Sequence[str]) -> Dict[str, str]:
@@ -137,7 +140,9 @@ def build_timeline(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],
     ends = [b.end_s for b in bars] + [b.last_end_s for b in bands] + [w[2] for w in wins] + \
         [s[2] for s in spans]
     return TimelineData(
-        lanes=tuple(lane_label(g, r, len(ranks_of[g])) for g, r in lanes),
+        lanes=tuple(lane_label(g, r, len(ranks_of[g]),
+                               len({s.rank for s in stragglers if s.group == g}))
+                    for g, r in lanes),
         lane_groups=tuple(g for g, _ in lanes), bars=tuple(bars), windows=tuple(wins),
         steps=spans, colours=phase_colours([r.phase for r in records]), t0_ns=t0_ns,
         end_s=max(ends) if ends else 1.0, bands=tuple(bands))
