@@ -23,7 +23,7 @@ import sys
 from typing import Dict, List, Sequence, Tuple
 
 from benchmarks.common import Result, median, ns
-from benchmarks.p4_report import clean, compile_package, export_all
+from benchmarks.p4_report import clean, compile_package, export_all, timed
 from benchmarks.p4_sizes import SIZES_MB, ensure, report_paths
 
 SIZES_ENV = "VERLPROF_BENCH_P4_SIZES"
@@ -63,19 +63,22 @@ def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
     reports = report_paths(folder)
     cores = os.cpu_count() or 1
     out: Dict[str, List[float]] = {k: [] for k in ("export", "cold", "warm", "rss", "kids",
-                                                    "warm_rss")}
+                                                    "warm_rss", "export_cpu", "cold_cpu",
+                                                    "warm_cpu")}
     for _ in range(rounds):
-        began = ns()
-        export_all(reports, cores)
-        out["export"].append((ns() - began) / 1e9)
+        wall, cpu = timed(lambda: export_all(reports, cores))
+        out["export"].append(wall / 1e9)
+        out["export_cpu"].append(cpu / 1e9)
         clean(folder)
-        wall, me, kids = report_once(folder)
-        out["cold"].append(wall)
-        out["rss"].append(me)
-        out["kids"].append(kids)
-        wall, me, _ = report_once(folder)
-        out["warm"].append(wall)
-        out["warm_rss"].append(me)
+        for side in ("cold", "warm"):
+            got: List[Tuple[float, int, int]] = []
+            _, cpu = timed(lambda got=got: got.append(report_once(folder)))
+            wall, me, kids = got[0]
+            out[side].append(wall)
+            out[f"{side}_cpu"].append(cpu / 1e9)
+            out["rss" if side == "cold" else "warm_rss"].append(me)
+            if side == "cold":
+                out["kids"].append(kids)
     clean(folder)
     mb = sum(os.path.getsize(p) for p in reports) / len(reports) / 1e6
     log(f"P4 scale {size_mb} MB ({mb:.1f} MB/report): export {median(out['export']):.2f} s, "
@@ -102,6 +105,10 @@ def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
         detail = [f"{f['mb'][0]:.1f} MB/report, K=4: nsys export {cores} at a time "
                   f"{export:.2f} s; verlprof report cold {cold:.2f} s, warm {warm:.2f} s "
                   f"(rounds {len(f['cold'])})",
+                  f"CPU time (user + sys, children included; robust to other load): export "
+                  f"{median(f['export_cpu']):.2f} s, cold {median(f['cold_cpu']):.2f} s "
+                  f"({median(f['cold_cpu']) / median(f['export_cpu']):.2f}x), warm "
+                  f"{median(f['warm_cpu']):.2f} s",
                   f"verlprof process peak RSS {max(f['rss']) / 1024:.0f} MiB cold, "
                   f"{max(f['warm_rss']) / 1024:.0f} MiB warm; largest child (nsys export) "
                   f"{max(f['kids']) / 1024:.0f} MiB"]

@@ -20,7 +20,7 @@ from verlprof.backends.nsys.read import read_nsys_sqlite
 from verlprof.backends.nsys.sqlite import read_cuda_kernels, read_memcpy, read_nvtx_ranges
 from verlprof.backends.reading import attribute
 
-N = 20_000
+N = 8_000
 
 
 @pytest.fixture(scope="module")
