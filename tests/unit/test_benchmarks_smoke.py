@@ -115,7 +115,24 @@ def test_p4_result_from_times():
 def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
-    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "scale")
+    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale")
+
+
+def test_p5_result_compares_entry_and_exit_with_their_own_floors():
+    from benchmarks import p5_stall
+
+    steps = range(1, p5_stall.STEPS + 1)
+    got = {"enter": {s: (0.5 if s % 2 else 0.001) for s in steps},
+           "body": {s: 0.02 for s in steps},
+           "exit": {s: (0.003 if s % 2 else 0.001) for s in steps},
+           "bare": [0.001] * p5_stall.STEPS}
+    row = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, [])
+    # entry +0.499 s vs 0.6 + 2 x 0.001; exit +0.002 s vs 2 x 0.001: the worse one, exit
+    assert row.verdict == "PASS" and abs(row.ratio - 1.0) < 1e-9
+    late = p5_stall._result(got, {"alone": 0.2, "schedule": 0.3}, False, False, [])
+    assert late.verdict == "MISS" and late.ratio > 1.6
+    broken = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, True, True, ["x: phases []"])
+    assert broken.verdict == "N/A" and "discrete, controller under nsys" in broken.metric
 
 
 def test_report_scale_runs_at_tiny_size():

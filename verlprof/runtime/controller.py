@@ -196,8 +196,8 @@ class ProfileController:
                 and self._output.window_may_open(window, self.on_rank_failure == "raise"):
             self._done_windows.add(window)
             self._open = window
-            self._controller.open(window)
-            self._start(window)
+            with self._controller.opening(window):  # overlaps the workers' start
+                self._start(window)
         with self._controller.range(f"step/{step}"):
             try:
                 yield

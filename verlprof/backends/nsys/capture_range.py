@@ -82,7 +82,12 @@ class _Ender:
         if not self._queue.unfinished_tasks:
             return True
         done = threading.Event()
-        waiter = threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True)
+
+        def join() -> None:
+            self._queue.join()
+            done.set()
+
+        waiter = threading.Thread(target=join, daemon=True)
         waiter.start()
         return done.wait(timeout_s)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from verlprof import paths
 from verlprof.backends.nsys import capture_range, nvtx
@@ -30,6 +31,25 @@ class ControllerCapture:
     def open(self, window: StepWindow) -> None:
         if self.attached and self._handle is None:
             self._handle = capture_range.open_window()
+            self._windows.append(window)
+
+    @contextmanager
+    def opening(self, window: StepWindow) -> Iterator[None]:
+        """Open this process's window while the block runs (the workers' start fan-out): both
+        wait for nsys to finish ending the previous window, so the waits overlap instead of
+        adding up (the open runs on a thread; ctypes releases the GIL while nsys blocks)."""
+        if not self.attached or self._handle is not None:
+            yield
+            return
+        box: Dict[str, Any] = {}
+        opener = threading.Thread(target=lambda: box.update(handle=capture_range.open_window()),
+                                  name="verlprof-controller-open", daemon=True)
+        opener.start()
+        try:
+            yield
+        finally:
+            opener.join()
+            self._handle = box.get("handle")
             self._windows.append(window)
 
     def close(self) -> None:

@@ -1,0 +1,229 @@
+"""P5: what a profiled step adds to the training loop's wall time (the "gap between steps").
+
+Two CPU ranks of ``actor_rollout_ref``, rank 0 under nsys (NVTX trigger), a 20 ms step (one
+annotated phase per rank), every other step profiled. The controller runs in a Ray actor, once
+as a plain process and once under the plan's controller nsys argv, in whole-step and in
+discrete mode. For each step it times the entry of ``with controller.step(n)`` (up to the
+body) and the exit (after the body); what a profiled step adds is the median over profiled
+steps minus the median over unprofiled ones, measured in the same run.
+
+Goals (issue 14), against figures measured in this run:
+- exit added <= 2 bare Ray round trips to the planned ranks;
+- entry added <= the start latency of a capture range in a bare process under nsys (the floor:
+  collection must have started before the step's work) + 2 round trips;
+- each report holds exactly its window: its sqlite has the phase of its own step only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from benchmarks.common import DEMO_CONFIG, ROOT, Result, median
+from verlprof.worker import ProfilingWorkerMixin, annotate
+
+STEP_S = 0.02
+STEPS = 10
+"""Steps per run: the odd ones are profiled (5 windows), the even ones are the baseline."""
+
+APP = os.path.join(ROOT, "benchmarks", "p5_capture_app.py")
+
+
+class StallWorker(ProfilingWorkerMixin):
+    """One rank: two 10 ms phases per step, and a no-op for the bare round trip."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+    def noop(self) -> None:
+        return None
+
+    @annotate("actor")
+    def compute_log_prob(self, step: int) -> int:
+        time.sleep(STEP_S / 2)
+        return step
+
+    @annotate("actor")
+    def update_actor(self, step: int) -> int:
+        time.sleep(STEP_S / 2)
+        return step
+
+
+def overrides(output_dir: str, discrete: bool, controller_nsys: bool) -> List[str]:
+    return [f"trainer.profiler.output_dir={output_dir}", f"trainer.total_training_steps={STEPS}",
+            f"trainer.profile_steps=[{','.join(str(s) for s in range(1, STEPS + 1, 2))}]",
+            "trainer.profiler.tool=nsys", "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.profile_ranks=[0]",
+            f"actor_rollout_ref.actor.profile_discrete={str(discrete).lower()}",
+            "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
+            "reward_model.enable=false"] + \
+        ([] if controller_nsys else ["trainer.controller_nsight_options=null"])
+
+
+def make_plan(output_dir: str, discrete: bool, controller_nsys: bool):
+    from verlprof.demo.run import plan_demo
+
+    _, plan, _ = plan_demo(DEMO_CONFIG, overrides(output_dir, discrete, controller_nsys))
+    return plan
+
+
+def run_loop(plan_dict: Dict[str, Any]) -> Dict[str, Any]:
+    """The trainer loop, inside the controller's process: timings, then the manifest."""
+    import ray
+
+    from verlprof.plan import ProfilePlan
+    from verlprof.runtime.controller import ProfileController
+    from verlprof.runtime.launch import worker_options
+
+    plan = ProfilePlan.from_dict(plan_dict)
+    controller = ProfileController(plan, echo=False, preflight="quick")
+    cls = ray.remote(num_cpus=0)(StallWorker)
+    actors = [cls.options(**worker_options(plan, "actor_rollout_ref", r)).remote(r)
+              for r in range(2)]
+    ray.get([a.noop.remote() for a in actors], timeout=300)
+    controller.register_group("actor_rollout_ref", actors)
+    planned = [actors[0]]
+    enter: Dict[int, float] = {}
+    body: Dict[int, float] = {}
+    exit_: Dict[int, float] = {}
+    bare: List[float] = []
+    try:
+        for step in range(1, STEPS + 1):
+            t0 = time.perf_counter()
+            with controller.step(step):
+                t1 = time.perf_counter()
+                ray.get([a.compute_log_prob.remote(step) for a in actors])
+                ray.get([a.update_actor.remote(step) for a in actors])
+                t2 = time.perf_counter()
+            t3 = time.perf_counter()
+            enter[step], body[step], exit_[step] = t1 - t0, t2 - t1, t3 - t2
+            b0 = time.perf_counter()  # a bare round trip to the planned rank, between steps
+            ray.get([a.noop.remote() for a in planned])
+            bare.append(time.perf_counter() - b0)
+        manifest = controller.finalize()
+    finally:
+        refs = [a.__ray_terminate__.remote() for a in actors]
+        ray.wait(refs, num_returns=len(refs), timeout=60)
+        controller.wait_for_profilers(60)
+    return {"enter": enter, "body": body, "exit": exit_, "bare": bare,
+            "manifest": manifest.to_dict()}
+
+
+def capture_start_floor(argv: Sequence[str], env: Dict[str, str], workdir: str
+                        ) -> Dict[str, float]:
+    """Median start latency of a capture range in a bare process under the same nsys argv:
+    ``alone`` (the previous end has returned) and ``schedule`` (P5's own step schedule)."""
+    out = os.path.join(workdir, "floor")
+    os.makedirs(out, exist_ok=True)
+    argv = [a if not a.startswith("--output=") else f"--output={out}/floor_%p" for a in argv]
+    done = subprocess.run([*argv, sys.executable, APP, str(STEP_S)], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=300, cwd=ROOT)
+    got: Dict[str, List[float]] = {}
+    for line in done.stdout.splitlines():
+        kind, _, value = line.partition(" ")
+        if kind in ("alone", "schedule"):
+            got.setdefault(kind, []).append(float(value))
+    if set(got) != {"alone", "schedule"}:
+        raise RuntimeError(f"capture app printed no timings: {done.stdout[-300:]}"
+                           f"{done.stderr[-300:]}")
+    return {kind: median(values) for kind, values in got.items()}
+
+
+def window_check(output_dir: str, manifest: Dict[str, Any]) -> List[str]:
+    """Problems: a report that is not ok, or whose phases are not exactly its own step's."""
+    from verlprof.backends.nsys.read import read_nsys_report
+
+    problems = []
+    for entry in manifest["reports"]:
+        if entry["group"] == "controller":
+            continue
+        if entry["status"] != "ok":
+            problems.append(f"{entry['path']}: {entry['status']} ({entry.get('reason')})")
+            continue
+        data = read_nsys_report(os.path.join(output_dir, entry["path"]))
+        names = [r.name for r in data.ranges]
+        own = [f"actor/{entry['phase']}"] if entry.get("phase") else \
+            ["actor/compute_log_prob", "actor/update_actor"]
+        if names != own:
+            problems.append(f"{entry['path']} (step {entry['steps']}): phases {names}")
+    return problems
+
+
+def run(log=print) -> List[Result]:
+    import ray
+
+    work = tempfile.mkdtemp(prefix="verlprof-bench-p5-")
+    results: List[Result] = []
+    try:
+        floor: Optional[Dict[str, float]] = None
+        for controller_nsys in (False, True):
+            for discrete in (False, True):
+                out = os.path.join(work, f"c{int(controller_nsys)}d{int(discrete)}")
+                plan = make_plan(out, discrete, controller_nsys)
+                if floor is None:
+                    worker = next(p for p in plan.processes if p.launch_argv)
+                    floor = capture_start_floor(worker.launch_argv, dict(worker.launch_env),
+                                                work)
+                    log(f"P5: capture-range start in a bare process under nsys: alone "
+                        f"{floor['alone'] * 1e3:.1f} ms, on this schedule "
+                        f"{floor['schedule'] * 1e3:.1f} ms (medians of 3)")
+                from verlprof.runtime.launch import controller_options
+
+                runner = ray.remote(num_cpus=0)(run_loop).options(
+                    **controller_options(plan))
+                got = ray.get(runner.remote(plan.to_dict()), timeout=600)
+                results.append(_result(got, floor, discrete, controller_nsys,
+                                       window_check(plan.output_dir, got["manifest"])))
+                log(results[-1].line())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def _result(got: Dict[str, Any], floors: Dict[str, float], discrete: bool,
+            controller_nsys: bool,
+            problems: List[str]) -> Result:
+    prof = [s for s in range(1, STEPS + 1) if s % 2 == 1 and s > 1]  # step 1: warm-up
+    base = [s for s in range(1, STEPS + 1) if s % 2 == 0]
+    enter = {int(k): v for k, v in got["enter"].items()}
+    exit_ = {int(k): v for k, v in got["exit"].items()}
+    enter_added = median([enter[s] for s in prof]) - median([enter[s] for s in base])
+    exit_added = median([exit_[s] for s in prof]) - median([exit_[s] for s in base])
+    body = {int(k): v for k, v in got["body"].items()}
+    body_added = median([body[s] for s in prof]) - median([body[s] for s in base])
+    trip = statistics.median(got["bare"])
+    floor = floors["schedule"]
+    exit_ratio = exit_added / (2 * trip)
+    entry_goal = floor + 2 * trip
+    ratio = max(exit_ratio, enter_added / entry_goal)
+    mode = ("discrete" if discrete else "whole") + (", controller under nsys" if controller_nsys
+                                                    else "")
+    details = [f"entry +{enter_added * 1e3:.1f} ms (goal <= nsys' floor on this schedule "
+               f"{floor * 1e3:.1f} (alone {floors['alone'] * 1e3:.1f}) + 2 round trips "
+               f"{2 * trip * 1e3:.1f} = {entry_goal * 1e3:.1f} ms); exit "
+               f"+{exit_added * 1e3:.1f} ms (goal <= {2 * trip * 1e3:.1f} ms)",
+               f"inside the step (the phases' own windows in discrete mode): "
+               f"+{body_added * 1e3:.1f} ms",
+               f"{len(prof)} profiled steps vs {len(base)} unprofiled, {STEP_S * 1e3:.0f} ms "
+               "each; ratio = the worse of exit/goal and entry/goal"]
+    details += [f"window: {p}" for p in problems] or ["every report holds exactly its step"]
+    return Result(f"P5 step time added by profiling ({mode}) vs its goal",
+                  ratio if not problems else None, 1.0, details=details,
+                  note="; ".join(problems[:2]))
+
+
+if __name__ == "__main__":
+    import ray
+
+    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        for row in run():
+            print(row.line(), *row.details, sep="\n  ")
+    finally:
+        ray.shutdown()
