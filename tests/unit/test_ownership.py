@@ -291,3 +291,17 @@ def test_report_finds_each_run_and_the_reports_no_manifest_lists(tmp_path, capsy
     assert f"no run nope in {tmp_path}; runs there: {first['run_id']}" in capsys.readouterr().err
     single = argparse.Namespace(output_dir=str(sub), run=None)
     assert report_runs.report_runs(single, lambda a: 0) is None  # one run: as before
+
+
+def test_verlprof_plan_says_what_a_run_started_now_would_meet(tmp_path, capsys):
+    from verlprof.cli import main
+
+    first = finished_run(tmp_path)
+    capsys.readouterr()
+    argv = ["plan", "--config", CONFIG, f"trainer.profiler.output_dir={tmp_path}"]
+    assert main(argv) == 0
+    assert (f"note: {tmp_path} holds the manifest of run {first['run_id']} (host {HOST}, "
+            f"written {first['created']}); with trainer.profiler.existing_run=refuse a run "
+            "started now is refused") in " ".join(capsys.readouterr().out.split())
+    assert main([*argv[:3], f"trainer.profiler.output_dir={tmp_path / 'new'}"]) == 0
+    assert "note:" not in capsys.readouterr().out
