@@ -305,3 +305,20 @@ def test_verlprof_plan_says_what_a_run_started_now_would_meet(tmp_path, capsys):
             "started now is refused") in " ".join(capsys.readouterr().out.split())
     assert main([*argv[:3], f"trainer.profiler.output_dir={tmp_path / 'new'}"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_the_verl_launcher_refuses_in_one_line_before_verl_starts_anything(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from verlprof.bridges.verl.launch import wrap_run_ppo
+
+    first = finished_run(tmp_path)
+    config = OmegaConf.load(CONFIG)
+    OmegaConf.update(config, "trainer.profiler.output_dir", str(tmp_path))
+    started = []
+    with pytest.raises(SystemExit) as info:
+        wrap_run_ppo(lambda *args, **kwargs: started.append(args))(config, None)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and not started
+    assert err.startswith("verlprof: trainer.profiler.output_dir: ") and err.count("\n") == 1
+    assert first["run_id"] in err

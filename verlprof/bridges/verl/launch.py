@@ -105,8 +105,13 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
 
     def run_ppo_profiled(config: DictConfig, task_runner_class: Any = None,
                          *args: Any, **kwargs: Any) -> Any:
-        # the output directory is this run's before verl starts anything (one line if not)
-        with claim_output(prepare(config)) as run:
+        # the output directory is this run's before verl starts anything
+        try:
+            run = claim_output(prepare(config))
+        except ConfigError as err:  # one line, not Hydra's traceback (it passes SystemExit)
+            print(f"verlprof: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        with run:
             return run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan, run.env()),
                            *args, **kwargs)
 
