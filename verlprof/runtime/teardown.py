@@ -90,13 +90,13 @@ def exit_outputs_on_nodes(tool: str, asks: Dict[Target, Tuple[str, ProcessPlan, 
     """:func:`exit_outputs` for each (node, process, pid): directly for this node, as a Ray
     task pinned to the process's node otherwise; all at once. A node that does not answer
     has no entry."""
-    import ray
-
     remote = {t: task_on_node(exit_outputs, node).remote(tool, process, pid, timeout_s)
               for t, (node, process, pid) in asks.items() if node and node != local_node}
     out = {t: exit_outputs(tool, process, pid, timeout_s)
            for t, (node, process, pid) in asks.items() if t not in remote}
     if remote:
+        import ray
+
         ready, _ = ray.wait(list(remote.values()), num_returns=len(remote),
                             timeout=timeout_s + 30)
         done = set(ready)
