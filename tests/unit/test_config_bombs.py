@@ -120,3 +120,15 @@ def test_check_on_an_alias_bomb_exits_2_within_2_s_with_one_line(tmp_path):
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "expands to" in lines[0], lines
+
+
+@pytest.mark.parametrize("override", [
+    "trainer.nnodes=1000000000",
+    "+critic.n_gpus_per_node=999999999",
+])
+def test_a_world_size_no_plan_could_walk_is_one_line(override):
+    """A mistyped size (10^9 ranks) used to hang ``build_plan``, which visits every rank."""
+    with pytest.raises(ConfigError) as info:
+        load_config(str(PPO), [override])
+    assert "ranks, more than verlprof plans for (131072)" in str(info.value)
+    assert "\n" not in str(info.value)

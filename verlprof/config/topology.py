@@ -12,6 +12,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from verlprof.errors import ConfigError
 
+MAX_WORLD_SIZE = 1 << 17
+"""Most ranks a worker group may have (131,072: 16,384 nodes of 8 GPUs). The largest RL runs
+people profile have a few thousand; the bound keeps a mistyped size from hanging the plan."""
+
 HYBRID_GROUP = "actor_rollout_ref"
 """The hybrid-engine group: actor, rollout and ref share one process per rank."""
 
@@ -153,4 +157,12 @@ def _size(block: Mapping[str, Any], prefix: str, default: int) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {value!r}")
         values.append(value)
-    return values[0] * values[1]
+    return bounded_world_size(values[0] * values[1], f"{prefix}.nnodes")
+
+
+def bounded_world_size(size: int, key: str) -> int:
+    """``size`` if a plan can walk that many ranks; else one line naming ``key``."""
+    if size > MAX_WORLD_SIZE:  # a plan walks every rank: a mistyped size must not hang it
+        raise ConfigError(key, f"nnodes x n_gpus_per_node = {size} ranks, more than verlprof "
+                               f"plans for ({MAX_WORLD_SIZE})")
+    return size

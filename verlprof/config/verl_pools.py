@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from verlprof.config import validate as v
-from verlprof.config.topology import GroupTopology, Topology, UnprofiledGroup, device_is_cuda
+from verlprof.config.topology import (
+    GroupTopology,
+    Topology,
+    UnprofiledGroup,
+    bounded_world_size,
+    device_is_cuda,
+)
 from verlprof.config.verl_release import VerlTraits
 from verlprof.errors import ConfigError
 
@@ -136,7 +142,7 @@ def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits,
                                           f"{keys['enable_resource_pool']} is true (verl sizes "
                                           f"reward_pool with it), got {v.show(value)}")
         size *= value
-    return RewardModelPlace(own_pool=True, size=size)
+    return RewardModelPlace(own_pool=True, size=bounded_world_size(size, keys["nnodes"]))
 
 
 def _rm_from_both(raw: Mapping[Any, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -167,7 +173,7 @@ def _required_size(block: Mapping[Any, Any], prefix: str, because: str) -> int:
             raise ConfigError(f"{prefix}.{name}", f"must be a positive int when {because} is "
                                                   f"true, got {v.show(value)}")
         size *= value
-    return size
+    return bounded_world_size(size, f"{prefix}.nnodes")
 
 
 def _pool_size(block: Mapping[Any, Any], prefix: str, default: int) -> int:
@@ -178,7 +184,7 @@ def _pool_size(block: Mapping[Any, Any], prefix: str, default: int) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{prefix}.{name}", f"must be a positive int, got {v.show(value)}")
         size *= value
-    return size
+    return bounded_world_size(size, f"{prefix}.nnodes")
 
 
 def _flag(block: Mapping[Any, Any], name: str, prefix: str) -> bool:
