@@ -389,3 +389,38 @@ def test_finalized_finalize_answers_the_same_again(tmp_path, mode):
     first = session.finalize(0)
     reports, log, state = fire(session, FINALIZED, lambda s: s.finalize(0))
     assert (reports, log, state) == (first, [], FINALIZED) and reports is not first
+
+
+def test_status_answers_while_finalize_waits_for_the_reports(tmp_path):
+    """session.py: finalize holds its own lock, not the session's, so that a status call (the
+    controller's view of this rank) answers while the reports settle."""
+    import threading
+
+    from verlprof.records import ProcessIdentity
+
+    session = session_of(tmp_path, "whole")
+    session.start((1,))
+    collecting, release = threading.Event(), threading.Event()
+    capture_collect = session.capture.collect
+
+    def slow_collect(opened, never_opened, timeout_s):
+        collecting.set()
+        assert release.wait(60), "the test never released the collection"
+        return capture_collect(opened, never_opened, timeout_s)
+
+    session.capture.collect = slow_collect
+    finalizing = threading.Thread(target=session.finalize, args=(0,), daemon=True)
+    finalizing.start()
+    try:
+        assert collecting.wait(60)
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(
+            session.status(ProcessIdentity(host="h", pid=1))), daemon=True)
+        asking.start()
+        asking.join(30)  # a liveness bound, not a timing: under self._lock this never returns
+        assert answers, "status blocked while finalize waited for the reports"
+        assert answers[0].finalized and answers[0].open_window is None
+    finally:
+        release.set()
+        finalizing.join(60)
+    assert not finalizing.is_alive() and session.finalize(0)[0].status == "ok"
