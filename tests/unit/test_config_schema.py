@@ -35,6 +35,8 @@ def _sample(name: str, hint: Any, default: Any) -> Any:
         return not default
     if hint is float:
         return default + 7.0
+    if hint == Optional[float]:
+        return 7.0
     if hint is str:
         return "/opt/bin/profiler"
     if typing.get_origin(hint) is tuple:
@@ -84,7 +86,7 @@ def test_the_profiler_block_lists_its_keys_in_the_order_messages_always_used():
     assert profiler_block.KEYS == ("tool", "enabled", "output_dir", "filename_template", "nsys",
                                    "torch", "rocprof_sys", "phases", "rpc_timeout_s",
                                    "finalize_timeout_s", "on_rank_failure", "finish_hook",
-                                   "existing_run")
+                                   "existing_run", "window_delay_s", "window_duration_s")
     assert profiler_block.NSYS_KEYS == ("trigger", "executable", "worker_flags",
                                         "controller_flags")
     assert profiler_block.TORCH_KEYS == ("record_shapes", "profile_memory", "with_stack", "cuda")

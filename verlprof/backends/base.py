@@ -64,6 +64,10 @@ class OpenedWindow:
 class Capture:
     """Opens and closes capture windows in one process and says where the reports are."""
 
+    opens_on_any_thread = True
+    """Whether :meth:`open`/:meth:`close` may run on any thread (a timer's: time bounds,
+    ``verlprof.worker.timed``); False ties them to the thread that drives the capture."""
+
     def __init__(self, plan: ProcessPlan):
         self.plan = plan
 
@@ -97,6 +101,8 @@ class Backend:
     has_reader = False
     """Whether ``verlprof report`` can read its reports."""
     output_at_exit = False
+    time_windows = True
+    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
     """The tool writes one output per process, when the process exits, covering all its
     windows (rocprof-sys): the plan gives every window of a process the same report path,
     finalize records the entries as pending (:data:`PENDING_AT_EXIT`), and

@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Type, get_type_hints
 
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
+from verlprof.config.options import TIME_WINDOW_KEYS, canonical_key
 from verlprof.config.schema import (
     EXISTING_RUN,
     ON_RANK_FAILURE,
@@ -24,6 +25,7 @@ from verlprof.config.schema import (
     ProfilingConfig,
     set_by_loader,
 )
+from verlprof.errors import ConfigError
 
 PREFIX = "trainer.profiler"
 
@@ -114,7 +116,14 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
         on_rank_failure=v.choice(block.get("on_rank_failure"), f"{PREFIX}.on_rank_failure",
                                  ON_RANK_FAILURE, default=cfg.on_rank_failure),
         existing_run=v.choice(block.get("existing_run"), f"{PREFIX}.existing_run",
-                              EXISTING_RUN, default=cfg.existing_run))
+                              EXISTING_RUN, default=cfg.existing_run),
+        window_delay_s=v.seconds_at_least_zero(block.get("window_delay_s"),
+                                               f"{PREFIX}.window_delay_s",
+                                               cfg.window_delay_s),
+        window_duration_s=(v.positive_number(block["window_duration_s"],
+                                             f"{PREFIX}.window_duration_s", 0.0)
+                           if block.get("window_duration_s") is not None
+                           else cfg.window_duration_s))
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
     _read_rocprof(block.get("rocprof_sys"), draft)
@@ -179,16 +188,49 @@ def _read_finish_hook(value: Any, draft: Draft) -> None:
 
 
 def check_options(draft: Draft) -> None:
-    """Validate nsys options together with the flags that must not repeat them."""
+    """Validate nsys options together with the flags that must not repeat them; nsys' own
+    time-window options become verlprof's window keys (see :func:`_time_window_options`)."""
     nsys = draft.config.nsys
     if draft.worker_options is not None:
-        draft.worker_options = v.options(draft.worker_options, nsys.worker_options_key,
-                                         nsys.worker_flags, draft.worker_flags_key)
+        draft.worker_options = _time_window_options(
+            v.options(draft.worker_options, nsys.worker_options_key, nsys.worker_flags,
+                      draft.worker_flags_key), nsys.worker_options_key, draft)
     else:
         v.options({}, nsys.worker_options_key, nsys.worker_flags, draft.worker_flags_key)
-    draft.set_nsys(controller_options=v.options(
-        nsys.controller_options, nsys.controller_options_key, nsys.controller_flags,
-        draft.controller_flags_key))
+    controller = v.options(nsys.controller_options, nsys.controller_options_key,
+                           nsys.controller_flags, draft.controller_flags_key)
+    for name in TIME_WINDOW_KEYS:
+        if controller and controller.get(name) is not None:
+            raise ConfigError(f"{nsys.controller_options_key}.{name}",
+                              f"nsys' {canonical_key(name)} counts from process start and "
+                              "conflicts with the capture ranges the controller's windows use; "
+                              f"set {PREFIX}.window_{canonical_key(name)}_s (it bounds the "
+                              "workers' windows) or leave it out")
+    draft.set_nsys(controller_options=controller)
+
+
+def _time_window_options(options: Dict[str, Any], key: str, draft: Draft) -> Dict[str, Any]:
+    """nsys' ``delay``/``duration`` (``y``/``d``) count from process start and would fight the
+    capture ranges every window is: read them as ``window_delay_s``/``window_duration_s`` (per
+    window, from its step's start), dropped from the argv, with a note. Both spellings with
+    different values are an error naming both keys."""
+    out = dict(options)
+    for name in TIME_WINDOW_KEYS:
+        value = out.pop(name, None)
+        if value is None:
+            continue
+        long_name = canonical_key(name)
+        field_name = f"window_{long_name}_s"
+        given = getattr(draft.config, field_name)
+        default = getattr(ProfilingConfig, field_name)
+        if given != default and given != float(value):
+            raise ConfigError(f"{key}.{name}", f"is {value} but {PREFIX}.{field_name} is "
+                                               f"{given}; set only {PREFIX}.{field_name}")
+        draft.set(**{field_name: float(value) if value or long_name == "delay" else given})
+        draft.warn(f"{key}.{name}={value} is applied per window as {PREFIX}.{field_name} "
+                   f"(nsys' --{long_name} would count from process start and conflict with "
+                   "the capture range of each window)")
+    return out
 
 
 def given_options(value: Any, key: str) -> Optional[Mapping[Any, Any]]:

@@ -249,6 +249,19 @@ class ProfilingConfig:
     manifest is replaced, its reports stay on disk unlisted). A run still going there is
     never shared: ``refuse`` and ``reuse`` stop, ``new_subdir`` takes a subdirectory."""
 
+    window_delay_s: float = 0.0
+    """Seconds after its step starts (discrete: after its phase call starts) that each window
+    opens on every planned rank; 0 opens it at once. A window whose step ends first captures
+    nothing (its report is missing, with the reason). nsys' own ``delay`` option is read as
+    this key (nsys would count it from process start, not from the step)."""
+
+    window_duration_s: Optional[float] = None
+    """Seconds each window stays open at most; it closes then or at the end of its step
+    (phase call), whichever comes first; null: until the step ends. Bounds the size of the
+    reports of long steps. nsys' own ``duration`` option is read as this key. The torch
+    profiler opens and closes only on its own thread: there the bounds take effect at the
+    first phase boundary after them."""
+
     source: str = field(default="seed", metadata=SET_BY_LOADER)
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,
     ``nemo_env`` (recorded in the manifest)."""

@@ -179,6 +179,16 @@ def positive_number(value: Any, key: str, default: float) -> float:
     return float(value)
 
 
+def seconds_at_least_zero(value: Any, key: str, default: float) -> float:
+    """A finite number of seconds, 0 or more; ``null`` is the default."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise ConfigError(key, f"must be a number of seconds, 0 or more, got {show(value)}")
+    return float(value)
+
+
 def filename_template(value: Any, key: str, default: str) -> str:
     """A report base name: only the known fields, each required one present, no path parts.
 

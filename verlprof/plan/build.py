@@ -26,6 +26,7 @@ from verlprof.plan.model import (
     Report,
     RunPolicy,
     Window,
+    WindowTime,
 )
 from verlprof.records import Mode, StepWindow, Target
 
@@ -69,6 +70,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
         controller=controller, source=config.source, warnings=tuple(dict.fromkeys(warnings)),
+        window_time=_window_time(config, backend),
         worker_options_key=config.nsys.worker_options_key,
         controller_options_key=config.nsys.controller_options_key,
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
@@ -189,7 +191,17 @@ def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                        launch_env=dict(launch.env),
                        raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
                        world_size=group.world_size,
-                       capture_options=dict(launch.capture_options))
+                       capture_options=dict(launch.capture_options),
+                       window_time=_window_time(config, backend))
+
+
+def _window_time(config: ProfilingConfig, backend: Backend) -> WindowTime:
+    bounds = WindowTime(delay_s=config.window_delay_s, duration_s=config.window_duration_s)
+    if bounds.bounded and not backend.time_windows:
+        key = "window_delay_s" if bounds.delay_s else "window_duration_s"
+        raise ConfigError(f"trainer.profiler.{key}", f"{config.tool} cannot bound a window "
+                                                     "in time; leave it out for this tool")
+    return bounds
 
 
 def _controller_plan(config: ProfilingConfig, topology: Topology, backend: Backend,

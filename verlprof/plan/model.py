@@ -62,6 +62,29 @@ class RunPolicy:
 
 
 @dataclass(frozen=True)
+class WindowTime:
+    """Time bounds inside every window (``trainer.profiler.window_delay_s`` and
+    ``window_duration_s``), counted from the start of its step or phase call."""
+
+    delay_s: float = 0.0
+    """The window opens this long after its step (phase call) starts."""
+    duration_s: Optional[float] = None
+    """It closes this long after it opened, or at the step's end if sooner (None: the end)."""
+
+    @property
+    def bounded(self) -> bool:
+        return self.delay_s > 0 or self.duration_s is not None
+
+    def describe(self) -> str:
+        """``opens 30 s into its step, closes 60 s later or at the step's end``."""
+        opens = f"opens {self.delay_s:g} s into its step" if self.delay_s else \
+            "opens when its step starts"
+        closes = (f"closes {self.duration_s:g} s later or at the step's end, whichever comes "
+                  "first" if self.duration_s is not None else "closes at the step's end")
+        return f"{opens}, {closes}"
+
+
+@dataclass(frozen=True)
 class Window:
     """One capture window a process opens, in the order it opens them."""
 
@@ -104,6 +127,8 @@ class ProcessPlan:
     capture_options: Dict[str, Any] = field(default_factory=dict)
     """Settings the in-process backend applies to each window (torch: ``record_shapes``,
     ``profile_memory``, ``with_stack``, ``cuda``)."""
+    window_time: WindowTime = field(default_factory=WindowTime)
+    """Time bounds inside each window of this process."""
 
     @property
     def reports(self) -> Tuple[Report, ...]:
@@ -173,6 +198,8 @@ class ProfilePlan:
     """Processes of the run that no setting can profile, with the reason."""
     verl_release: Optional[VerlRelease] = None
     """The verl release whose keys the config uses (None: not a verl layout)."""
+    window_time: WindowTime = field(default_factory=WindowTime)
+    """Time bounds inside every window (the same on every planned rank)."""
     disabled_reason: str = ""
     """Why profiling is off though steps may be set, naming the key
     (``trainer.profiler.enabled is false``); empty while profiling is on."""

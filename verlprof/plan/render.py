@@ -48,6 +48,10 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_text(("verlprof plan", "bold"),
                             f" tool={plan.tool} source={plan.source}{release}"), soft_wrap=True)
         console.print(_text(f"  steps: {windows}  ({len(plan.step_windows)} window(s))"))
+        if plan.window_time.bounded:
+            console.print(_text(f"  time bounds: each window {plan.window_time.describe()} "
+                                "(trainer.profiler.window_delay_s / window_duration_s)"),
+                          soft_wrap=True)
         console.print(_text(f"  output_dir: {plan.output_dir}"), soft_wrap=True)
         console.print(_ranks_table(plan))
         _print_commands(plan, console)

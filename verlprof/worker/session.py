@@ -29,6 +29,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.worker.annotate import set_active
+from verlprof.worker.timed import bounded
 
 SessionState = Literal["idle", "armed", "open", "finalized"]
 """``idle``: nothing armed; ``armed``: a step window armed and no capture open (discrete mode
@@ -53,7 +54,7 @@ class ProfileSession:
     def __init__(self, plan: ProcessPlan, owner: Any):
         self.plan = plan
         self.owner = owner
-        self.capture = get_backend(plan.backend).capture(plan)
+        self.capture = bounded(get_backend(plan.backend).capture(plan), plan.window_time)
         self.state: SessionState = IDLE
         self.armed: Optional[StepWindow] = None
         """The step window armed (discrete) or open (whole)."""

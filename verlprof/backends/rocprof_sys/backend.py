@@ -25,6 +25,7 @@ EXECUTABLE_KEY = "trainer.profiler.rocprof_sys.executable"
 class RocprofSysBackend(Backend):
     name = "rocprof_sys"
     output_at_exit = True  # one set of files per process, written at exit (output.py)
+    time_windows = False  # not tried without an AMD GPU: refused rather than guessed
 
     def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
                       rank: int, windows: int, warnings: List[str]) -> Launch:

@@ -20,6 +20,7 @@ from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
 
 class TorchCapture(Capture):
+    opens_on_any_thread = False  # the profiler starts and stops on the thread that drives it
     def __init__(self, plan: ProcessPlan):
         super().__init__(plan)
         self._profiler: Any = None
