@@ -179,6 +179,16 @@ def test_demo_from_an_empty_directory_writes_reports_manifest_and_summary(demo_r
     workers = [r for r in manifest["reports"] if r["group"] != "controller"]
     assert [r["status"] for r in workers] == ["ok"], manifest["reports"]
     assert (out / workers[0]["path"]).is_file()
+    # the printed host and pid are those of the process the manifest records as controller:
+    # its own line (from its Ray actor, behind Ray's "(Name pid=N)" prefix) and the summary's
+    controller = manifest["controller"]
+    said = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in output.splitlines()
+            if "verlprof controller: host=" in line]
+    assert [re.sub(r"^\(\w+ pid=\d+\) ", "", line) for line in said] == [
+        f"verlprof controller: host={controller['host']} pid={controller['pid']}"], output
+    assert re.match(rf"^(\(\w+ pid={controller['pid']}\) )?verlprof", said[0]), said
+    assert f"verlprof controller ran on host={controller['host']} pid={controller['pid']}" \
+        in output.splitlines()
     for name in ("summary.csv", "summary.md", "timeline.png", "timeline.html"):
         assert (out / "summary" / name).is_file(), name
 
