@@ -244,4 +244,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
     else:
-        print(run().line())
+        res = run()
+        print(res.line(), *res.details, sep="\n  ")
