@@ -73,3 +73,31 @@ def test_cli_refuses_a_bad_budget_in_one_line(tmp_path, capsys):
     assert report_main([str(tmp_path), "--memory-budget", "lots"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--memory-budget" in err
+
+
+def _dies_on_big(task):
+    import os as _os
+
+    from verlprof.report.model import ReportData
+
+    if "big" in task.path:
+        _os._exit(9)  # as the kernel's out-of-memory killer would end it
+    return ReportData(index=task.index)
+
+
+def test_a_reader_process_that_dies_loses_only_its_report(tmp_path, monkeypatch):
+    from multiprocessing import get_context
+
+    from verlprof.report import load
+
+    monkeypatch.setattr(load, "read_one", _dies_on_big)
+    monkeypatch.setattr(load, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "_pool_context", lambda: get_context("fork"))
+    names = ["a", "big", "c", "d"]
+    tasks = [ReadTask(index=i, path=trace(tmp_path / f"{n}.pt.trace.json.gz", 2),
+                      backend="torch", window_start_ns=None, timeout_s=30)
+             for i, n in enumerate(names)]
+    out = read_reports(tasks, jobs=2)
+    assert [d.index for d in out] == [0, 1, 2, 3]
+    assert out[1].error and "died" in out[1].error and "\n" not in out[1].error
+    assert all(not d.error for i, d in enumerate(out) if i != 1)

@@ -7,7 +7,9 @@ directory is read-only), then read with
 ``controller/<phase>``, ``step/<n>``; ``VERLPROF_CAPTURE`` gives the window), on the wall clock
 via the session's ``utcEpochNs``. GPU kernels and memcpys, when the report has those tables,
 are attributed to the phase whose range contains the CUDA runtime call that launched them
-(matched by ``correlationId`` in ``CUPTI_ACTIVITY_KIND_RUNTIME``), else their GPU start.
+(matched by ``correlationId`` in ``CUPTI_ACTIVITY_KIND_RUNTIME``) on the thread that pushed the
+phase, else their GPU start; SQLite sums them (:mod:`verlprof.backends.nsys.gpu_sql`), so only
+verlprof's own ranges and a few totals reach Python, whatever the report's size.
 """
 
 from __future__ import annotations
