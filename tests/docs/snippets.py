@@ -10,7 +10,13 @@ what the tests do with it (see ``test_snippets.py``):
                 resolved instead
 ``json``        parsed; a manifest entry must build a ``ReportEntry``
 ``dockerfile``  linted with hadolint
-``text``        output shown to the reader; not executed
+``text``        output shown to the reader. Right after a ``bash`` or ``python`` block it is
+                that block's output and must equal what the block prints (normalised by
+                :func:`normalise`). A ``<!-- output: excerpt -->`` line (or ``excerpt: <why>``)
+                before its fence makes it an excerpt: its lines must appear in that order in
+                the real output.
+                Any other ``text`` block (a diagram, a directory layout, output of a run the
+                tests do not repeat) says so with ``<!-- output: illustrative: <why> -->``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ LANGUAGES = ("bash", "yaml", "python", "json", "dockerfile", "text")
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[^\s`]*)\s*$")
 _EXIT = re.compile(r"#\s*exits\s+(\d+)")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_MARKER = re.compile(r"^\s*<!--\s*output:\s*(?P<what>.*?)\s*-->\s*$")
+
+DOCS_ROOT = "/work/main"
+"""The repository root as the docs' shown output spells it (where they were generated)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,19 @@ class Block:
     lang: str
     text: str
     after: Optional[Block] = None
-    """The next block of the same file when nothing but blank lines separates them."""
+    """The next block of the same file when nothing but blank lines (and an output marker)
+    separates them."""
+    marker: str = ""
+    """What ``<!-- output: ... -->`` on the line before the fence says (``excerpt``,
+    ``excerpt: <why>``, ``illustrative: <why>``), else empty."""
+
+    @property
+    def illustrative(self) -> bool:
+        return self.marker.startswith("illustrative")
+
+    @property
+    def excerpt(self) -> bool:
+        return self.marker == "excerpt" or self.marker.startswith("excerpt:")
 
     @property
     def where(self) -> str:
@@ -63,7 +85,7 @@ def blocks(path: str) -> List[Block]:
     """The fenced blocks of ``path`` (relative to the root), in order."""
     with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    found: List[Tuple[int, str, str, int]] = []  # (line, lang, text, closing line)
+    found: List[Tuple[int, str, str, int, str]] = []  # (line, lang, text, closing, marker)
     i = 0
     while i < len(lines):
         match = _FENCE.match(lines[i])
@@ -79,17 +101,20 @@ def blocks(path: str) -> List[Block]:
             j += 1
         if j >= len(lines):
             raise ValueError(f"{path}:{i + 1}: unclosed code fence")
-        found.append((i + 1, match.group("lang"), "\n".join(body) + "\n", j + 1))
+        before = [line for line in lines[:i] if line.strip()][-1:]
+        marker = _MARKER.match(before[0]) if before else None
+        found.append((i + 1, match.group("lang"), "\n".join(body) + "\n", j + 1,
+                      marker.group("what") if marker else ""))
         i = j + 1
     out: List[Block] = []
     for k in range(len(found) - 1, -1, -1):
-        line, lang, text, end = found[k]
+        line, lang, text, end, marker = found[k]
         after = None
         if k + 1 < len(found):
             gap = lines[end:found[k + 1][0] - 1]
-            if all(not g.strip() for g in gap):
+            if all(not g.strip() or _MARKER.match(g) for g in gap):
                 after = out[0]
-        out.insert(0, Block(path, line, lang, text, after))
+        out.insert(0, Block(path, line, lang, text, after, marker))
     return out
 
 
@@ -166,6 +191,44 @@ def environment(cwd: str, env: Dict[str, str], clear_prefixes: Sequence[str] = (
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+_VARYING = (
+    (re.compile(r"host=\S+ pid=\d+"), "host=<host> pid=<pid>"),
+    (re.compile(r"\b\d+(\.\d+)? s\b"), "<seconds> s"),
+)
+"""What differs from run to run in a shown output, and what it is shown as once normalised."""
+
+
+def normalise(text: str, workspace: str) -> List[str]:
+    """Lines of ``text`` as the docs show them: the scratch workspace spelled
+    :data:`DOCS_ROOT`, hosts, pids and timings replaced, trailing blanks and blank lines at
+    either end dropped."""
+    text = text.replace(os.path.realpath(workspace), DOCS_ROOT).replace(workspace, DOCS_ROOT)
+    for pattern, shown in _VARYING:
+        text = pattern.sub(shown, text)
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def output_differs(shown: Block, real: str, workspace: str) -> Optional[str]:
+    """Why the ``text`` block ``shown`` is not the output ``real`` (None when it is)."""
+    want, got = normalise(shown.text, workspace), normalise(real, workspace)
+    if not shown.excerpt:
+        if want == got:
+            return None
+        return f"{shown.where}: the output shown differs from the real output:\n" + \
+            "\n".join(got)
+    rest = iter(got)
+    for line in [w for w in want if w]:
+        if not any(line == g for g in rest):
+            return f"{shown.where}: the excerpt's line {line!r} is not in the real output " \
+                   "(in this order):\n" + "\n".join(got)
+    return None
 
 
 def run_verlprof(argv: Sequence[str], env: Dict[str, str], cwd: str) -> Tuple[int, str, str]:

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -115,10 +115,42 @@ def test_readme_keeps_the_two_setup_commands():
 @pytest.mark.parametrize("block", _of("bash"), ids=_ids(_of("bash")))
 def test_bash_block(block: Block, workspace: str):
     if snippets.needs_shell(block.text):
-        _run_in_bash(block, workspace)
+        printed: Optional[str] = _run_in_bash(block, workspace)
+    else:
+        outputs = [_run_command(command, workspace, block)
+                   for command in snippets.commands(block.text)]
+        printed = None if None in outputs else "".join(o or "" for o in outputs)
+    _check_shown_output(block, printed, workspace)
+
+
+def _check_shown_output(block: Block, printed: Optional[str], ws: str) -> None:
+    """The ``text`` block right after ``block`` is what it printed (``printed``: stderr then
+    stdout of each command in turn; None: the block did not run as written)."""
+    shown = block.after
+    if shown is None or shown.lang != "text" or shown.illustrative:
         return
-    for command in snippets.commands(block.text):
-        _run_command(command, workspace, block)
+    assert printed is not None, (
+        f"{shown.where}: {block.where} does not run as written here, so the output shown "
+        "cannot be compared: mark it <!-- output: illustrative: <why> --> before its fence")
+    problem = snippets.output_differs(shown, printed, ws)
+    assert problem is None, problem
+
+
+def test_every_output_block_is_checked_or_marked_illustrative():
+    """A ``text`` block is the output of the block before it (compared by the tests above) or
+    says why it is not compared."""
+    preceded = {b.after.where for b in ALL if b.after is not None and
+                b.lang in ("bash", "python")}
+    unmarked = [b.where for b in _of("text")
+                if b.where not in preceded and not b.illustrative]
+    assert not unmarked, (
+        "a text block that is not the output of the bash/python block right before it needs "
+        f"<!-- output: illustrative: <why> --> before its fence: {unmarked}")
+    vague = [b.where for b in ALL if b.marker and not re.fullmatch(
+        r"excerpt(: \S.*)?|illustrative: \S.*", b.marker)]
+    assert not vague, f"say `excerpt`, `excerpt: <why>` or `illustrative: <why>`: {vague}"
+    stray = [b.where for b in ALL if b.marker and b.lang != "text"]
+    assert not stray, f"an output marker belongs before a text block: {stray}"
 
 
 def _bash_env() -> Dict[str, str]:
@@ -127,7 +159,7 @@ def _bash_env() -> Dict[str, str]:
     return env
 
 
-def _run_in_bash(block: Block, ws: str) -> None:
+def _run_in_bash(block: Block, ws: str) -> str:
     assert "verlprof demo" not in block.text, (
         f"{block.where}: keep `verlprof demo` out of blocks with shell syntax ({DEMO_REASON})")
     if "nsys " in block.text:
@@ -136,46 +168,53 @@ def _run_in_bash(block: Block, ws: str) -> None:
                           env=_bash_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{block.where}: exit {proc.returncode}\n{proc.stdout}\n" \
                                  f"{proc.stderr}"
+    return proc.stderr + proc.stdout
 
 
-def _run_command(command: Command, ws: str, block: Block) -> None:
+def _run_command(command: Command, ws: str, block: Block) -> Optional[str]:
+    """Run (or check) one command line: what it printed, or None when it did not run as
+    written."""
     argv = command.argv
     program = argv[0]
     where = f"{block.where}: {command.text}"
+    module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
     if program == "verlprof":
-        _run_verlprof(argv[1:], command, ws, where)
+        return _run_verlprof(argv[1:], command, ws, where)
+    if program in ("python", "python3") and module == "verlprof.bridges.verl" \
+            and "--plan" not in argv:
+        _run_program(Command(command.env, [*argv[:3], "--plan", *argv[3:]], command.expect_rc,
+                             command.text), ws, where)
+    elif program in ("nsys", "hadolint") or (
+            program in ("python", "python3") and (module or "verlprof").startswith("verlprof")):
+        return _run_program(command, ws, where)
     elif program == "make":
         _check_make(argv[1:], where)
     elif program == "nsys-ui":
         _check_files(argv[1:], ws, where)
     elif program == "docker":
-        _check_docker(argv[1:], command, ws, block, where)
+        _check_docker(argv[1:], command, ws, block, where)  # not as written: in the image
     elif program == "verlprof-smoke":
         assert os.path.isfile(os.path.join(ROOT, "docker", "smoke.sh")), where
     elif program == "pip":
         _check_pip(argv[1:], where)
-    elif program in ("python", "python3") and argv[1:3] == ["-m", "verlprof.bridges.verl"] \
-            and "--plan" not in argv:
-        _run_program(Command(command.env, [*argv[:3], "--plan", *argv[3:]], command.expect_rc,
-                             command.text), ws, where)
     elif program == "pytest":
         paths = [a.split("::")[0] for a in argv[1:] if not a.startswith("-")]
         for path in paths:
             assert os.path.exists(os.path.join(ROOT, path)), f"{where}: no {path}"
-    elif program in ("python", "python3") and "-m" in argv and \
-            not argv[argv.index("-m") + 1].startswith("verlprof"):
-        module = argv[argv.index("-m") + 1]
+    elif program in ("python", "python3") and module is not None:
         found = subprocess.run([sys.executable, "-c", "import importlib.util, sys; sys.exit("
                                 f"importlib.util.find_spec({module!r}) is None)"], cwd=ROOT)
         assert found.returncode == 0, f"{where}: no module {module}"
-    elif program in ("nsys", "hadolint", "python", "python3"):
-        _run_program(command, ws, where)
     else:
         pytest.fail(f"{where}: no rule for {program!r}; run it or add it to NOT_RUN with the "
                     "reason")
+    return None
 
 
-def _run_verlprof(args: List[str], command: Command, ws: str, where: str) -> None:
+def _run_verlprof(args: List[str], command: Command, ws: str, where: str) -> Optional[str]:
+    """What the command printed (stderr, then stdout unless redirected); None for a demo,
+    which runs as `verlprof check` here."""
+    as_written = not (args and args[0] == "demo")
     if args and args[0] == "demo":
         # DEMO_REASON: same config and overrides, validated and planned
         rest = args[1:]
@@ -192,6 +231,7 @@ def _run_verlprof(args: List[str], command: Command, ws: str, where: str) -> Non
     if redirect:
         with open(os.path.join(ws, redirect), "w", encoding="utf-8") as handle:
             handle.write(out)
+    return (err + ("" if redirect else out)) if as_written else None
 
 
 def _check_make(targets: List[str], where: str) -> None:
@@ -245,7 +285,7 @@ def _check_docker(args: List[str], command: Command, ws: str, block: Block, wher
     _run_command(Command(command.env, inner, command.expect_rc, " ".join(inner)), ws, block)
 
 
-def _run_program(command: Command, ws: str, where: str) -> None:
+def _run_program(command: Command, ws: str, where: str) -> str:
     program = command.argv[0]
     if program == "nsys":
         require_nsys()
@@ -262,6 +302,7 @@ def _run_program(command: Command, ws: str, where: str) -> None:
                           text=True, timeout=180)
     assert proc.returncode == command.expect_rc, (
         f"{where}\nexit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stderr + proc.stdout
 
 
 def _quote_keeping_globs(arg: str) -> str:
@@ -310,11 +351,10 @@ def test_python_blocks(path: str, workspace: str):
     for block in [b for b in snippets.blocks(path) if b.lang == "python"]:
         if _uses_ray(block.text):
             _check_statically(block)  # RAY_PYTHON
+            _check_shown_output(block, None, workspace)
             continue
         printed = snippets.run_python(block.text, namespace, workspace, block.where)
-        if printed and block.after is not None and block.after.lang == "text":
-            assert printed.strip() == block.after.text.strip(), (
-                f"{block.where}: the output shown at {block.after.where} differs:\n{printed}")
+        _check_shown_output(block, printed, workspace)
 
 
 def _check_statically(block: Block) -> None:
