@@ -3,8 +3,8 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale`` runs a subset. ``p4`` includes P4 at report sizes of
-about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
+``--only p1,p2,p3,p4,p5,memory,scale,controller`` runs a subset. ``p4`` includes P4 at report
+sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
 (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
 """
 
@@ -25,7 +25,7 @@ SIZES = {
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5, demo_pairs=1,
                   demo_steps=8, p3_blocks=2, p3_block=5, p4_rounds=1, scale_rounds=1),
 }
-METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale")
+METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller")
 
 
 def log(line: str) -> None:
@@ -91,7 +91,7 @@ def main(argv: List[str]) -> int:
 
         results += guarded("report at scale", lambda: [report_scale.run(
             size["scale_rounds"], log=log)])
-    if only & {"p2", "p3", "memory", "p4", "p5"}:
+    if only & {"p2", "p3", "memory", "p4", "p5", "controller"}:
         import ray
 
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False,
@@ -134,6 +134,10 @@ def _ray_metrics(only, size) -> List[Result]:
         from benchmarks import p2_fanout
 
         results += guarded("P2", lambda: p2_fanout.run(rounds=size["p2_rounds"], log=log))
+    if "controller" in only:
+        from benchmarks import controller_scale
+
+        results += guarded("controller at scale", lambda: controller_scale.run(log=log))
     if "p5" in only:
         from benchmarks import p5_stall
 

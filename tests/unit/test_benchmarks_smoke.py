@@ -115,7 +115,7 @@ def test_p4_result_from_times():
 def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
-    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale")
+    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller")
 
 
 def test_p5_result_compares_entry_and_exit_with_their_own_floors():
@@ -141,3 +141,11 @@ def test_report_scale_runs_at_tiny_size():
     result = report_scale.run(rounds=1, ranks=32, log=lambda line: None)
     assert result.ratio is not None and result.ratio > 0 and result.verdict in ("PASS", "MISS")
     assert "32 ranks x 8 components x 3 steps" in result.details[0]
+
+
+def test_controller_scale_child_at_tiny_size():
+    from benchmarks import controller_scale
+
+    got = controller_scale.child(16)
+    assert got["ranks"] == 16 and got["manifest_entries"] == 16 * controller_scale.STEPS
+    assert got["whole_step_s"] > 0 and got["discrete_step_s"] > 0 and got["peak_rss_mb"] > 0

@@ -1,0 +1,204 @@
+"""The controller and the plan at 1,024 and 8,192 ranks, simulated (issue 14).
+
+The real :class:`~verlprof.runtime.controller.ProfileController` drives in-process ranks
+through its RPC layer (:class:`~verlprof.runtime.local_rpc.InProcessRanks`); each rank answers
+at once, so what is timed is the controller's own work per rank per step (start + stop), whole
+and discrete. It is compared with one bare Ray actor call measured in the same run (what the
+real fan-out costs per rank, before any profiler work). Each N runs in a child process so that
+its peak RSS is its own. Also: ``build_plan`` for 512 nodes x 8 GPUs, every component
+selected, 3 steps, discrete (time and memory, against 64 nodes: linear?), and ``finalize`` with
+its ``manifest.json`` of ~25,000 entries (write, size, reload).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from typing import Any, Dict, List, Tuple
+
+from benchmarks.common import ROOT, Result, median
+
+SIZES = (1024, 8192)
+STEPS = 3
+PER_RANK_GOAL = 0.1
+"""The controller's own cost per rank per step <= this x one bare Ray actor call."""
+LINEAR_GOAL = 8.8
+"""cost(8,192) / cost(1,024) <= this (8 would be exactly linear)."""
+
+
+class InstantRank:
+    """A rank that answers every controller call at once (the controller's cost alone)."""
+
+    def __init__(self, process: Any):
+        self.process = process
+
+    def verlprof_start(self, steps=None) -> str:
+        return "started"
+
+    def verlprof_stop(self, steps=None) -> str:
+        return "stopped"
+
+    def verlprof_finalize(self, timeout_s: float) -> list:
+        """One record per planned window, as a worker hands them over (no file: a simulation)."""
+        from verlprof.backends.base import worker_report
+
+        return [worker_report(w, raw_path=None, status="missing", reason="simulated rank")
+                for w in self.process.windows]
+
+
+def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = False):
+    from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
+    from verlprof.config.topology import Topology
+    from verlprof.plan import build_plan
+
+    every = ComponentConfig(all_ranks=True, discrete=discrete)
+    components = (ComponentsConfig(actor=every, rollout=every, ref=every, critic=every, rm=every)
+                  if all_components else ComponentsConfig(actor=every))
+    cfg = ProfilingConfig(steps=tuple(range(1, STEPS + 1)), tool="torch", output_dir=output_dir,
+                          components=components)
+    sizes = {"actor_rollout_ref": ranks, "critic": ranks, "rm": ranks} if all_components \
+        else {"actor_rollout_ref": ranks}
+    return build_plan(cfg, Topology.of(sizes, cuda=False))
+
+
+def child(ranks: int) -> Dict[str, Any]:
+    """One N, in its own process: per-step controller cost (whole, discrete), finalize and the
+    manifest at this size, and the process's peak RSS."""
+    from verlprof.manifest import read_manifest
+    from verlprof.runtime.controller import ProfileController
+    from verlprof.runtime.local_rpc import InProcessRanks
+
+    out: Dict[str, Any] = {"ranks": ranks}
+    for mode, collect in (("whole", True), ("discrete", True), ("whole", False)):
+        work = tempfile.mkdtemp(prefix="verlprof-bench-ctl-")
+        plan = _plan(ranks, work, discrete=mode == "discrete")
+        controller = ProfileController(plan, rpc=InProcessRanks(), echo=False, preflight=False,
+                                       handle_signals=False)
+        controller.register_group("actor_rollout_ref",
+                                  [InstantRank(plan.process("actor_rollout_ref", r))
+                                   for r in range(ranks)])
+        if not collect:  # where the rest of the growth comes from: Python's cyclic GC
+            gc.disable()
+        t0 = time.perf_counter()
+        for step in range(1, STEPS + 1):
+            with controller.step(step):
+                pass
+        elapsed = (time.perf_counter() - t0) / STEPS
+        gc.enable()
+        if not collect:
+            out["whole_step_nogc_s"] = elapsed
+            continue
+        out[f"{mode}_step_s"] = elapsed
+        if mode == "whole":
+            t0 = time.perf_counter()
+            controller.finalize()
+            out["finalize_s"] = time.perf_counter() - t0
+            path = os.path.join(plan.output_dir, "manifest.json")
+            out["manifest_bytes"] = os.path.getsize(path)
+            t0 = time.perf_counter()
+            out["manifest_entries"] = len(read_manifest(plan.output_dir).reports)
+            out["reload_s"] = time.perf_counter() - t0
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def plan_cost(nodes: int) -> Tuple[float, float, int]:
+    """``build_plan`` for ``nodes`` x 8 GPUs, every component, discrete: seconds, peak MiB
+    allocated (tracemalloc), reports."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    plan = _plan(nodes * 8, "/tmp/verlprof-bench-plan", discrete=True, all_components=True)
+    seconds = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return seconds, peak / 2**20, len(plan.reports)
+
+
+def bare_ray_call_s(rounds: int = 200) -> float:
+    """Median of one ``ray.get(actor.noop.remote())`` to a warm actor."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Noop:
+        def noop(self) -> None:
+            return None
+
+    actor = Noop.remote()
+    ray.get(actor.noop.remote())
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        ray.get(actor.noop.remote())
+        times.append(time.perf_counter() - t0)
+    ray.kill(actor)
+    return median(times)
+
+
+def run(log=print) -> List[Result]:
+    children = {}
+    for n in SIZES:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.controller_scale", "--child",
+                               str(n)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"N={n}: {done.stderr[-400:]}")
+        children[n] = json.loads(done.stdout.strip().splitlines()[-1])
+    bare = bare_ray_call_s()
+    small, large = (children[n] for n in SIZES)
+    rows: List[Result] = []
+    for mode in ("whole", "discrete"):
+        per_rank = large[f"{mode}_step_s"] / large["ranks"]
+        growth = large[f"{mode}_step_s"] / small[f"{mode}_step_s"]
+        rows.append(Result(
+            f"Controller per rank per step at N={SIZES[1]} ({mode}) vs one bare Ray call",
+            per_rank / bare, PER_RANK_GOAL,
+            details=[f"N={n}: {children[n][f'{mode}_step_s'] * 1e3:.1f} ms per step (start + "
+                     f"stop), {children[n][f'{mode}_step_s'] / n * 1e6:.2f} us per rank"
+                     for n in SIZES] + [f"bare Ray actor call: {bare * 1e6:.0f} us"]))
+        growth_details = []
+        if mode == "whole":
+            growth_details = [
+                f"with Python's cyclic GC off during the steps: N={SIZES[0]} "
+                f"{small['whole_step_nogc_s'] * 1e3:.1f} ms, N={SIZES[1]} "
+                f"{large['whole_step_nogc_s'] * 1e3:.1f} ms per step "
+                f"({large['whole_step_nogc_s'] / small['whole_step_nogc_s']:.1f}x): the rest of "
+                "the growth is the collector scanning a heap that grows with N"]
+        rows.append(Result(f"Controller step cost N={SIZES[1]} / N={SIZES[0]} ({mode})",
+                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)",
+                           details=growth_details))
+    rows.append(Result(
+        f"finalize + manifest.json at {large['manifest_entries']:,} entries", None, None,
+        goal_text="reported",
+        details=[f"finalize {large['finalize_s']:.2f} s, manifest "
+                 f"{large['manifest_bytes'] / 2**20:.1f} MiB, reload {large['reload_s']:.2f} s",
+                 f"controller peak RSS: N={SIZES[0]} {small['peak_rss_mb']:.0f} MB, "
+                 f"N={SIZES[1]} {large['peak_rss_mb']:.0f} MB"]))
+    small_plan, large_plan = plan_cost(64), plan_cost(512)
+    rows.append(Result(
+        "build_plan 512 x 8 GPUs / 64 x 8 (every component, 3 steps, discrete)",
+        large_plan[0] / small_plan[0], 8.8, goal_text="<= 8.8x (linear: 8x)",
+        details=[f"{nodes} nodes: {s:.2f} s, {m:.0f} MiB allocated at peak, {r:,} reports"
+                 for nodes, (s, m, r) in ((64, small_plan), (512, large_plan))]))
+    for row in rows:
+        log(row.line())
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        print(json.dumps(child(int(sys.argv[2]))))
+    else:
+        import ray
+
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        try:
+            for result in run():
+                print(result.line(), *result.details, sep="\n  ")
+        finally:
+            ray.shutdown()
