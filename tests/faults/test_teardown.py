@@ -20,7 +20,7 @@ from tests.faults.light import LightTaskRunner
 
 pytestmark = pytest.mark.integration
 
-RUNS = int(os.environ.get("VERLPROF_FAULTS_TEARDOWN_RUNS", "20"))
+RUNS = int(os.environ.get("VERLPROF_FAULTS_TEARDOWN_RUNS", "10"))  # more: set it (each ~10 s)
 
 
 @pytest.mark.timeout(60 * RUNS)  # each run takes ~10 s on an idle 2-core machine

@@ -30,9 +30,13 @@ def synthetic(tmp_path_factory) -> str:
 
 def old_attribution(path: str) -> List[Tuple[str, Optional[int], Optional[int], Optional[int]]]:
     """verlprof's attribution before it moved into SQLite (threads not considered)."""
-    phases = [r for r in read_nvtx_ranges(path, domain=NVTX_DOMAIN)
+    ranges = read_nvtx_ranges(path, domain=NVTX_DOMAIN)
+    ends = [r.end_ns for r in ranges if r.text == "VERLPROF_CAPTURE"]
+    phases = [r for r in ranges
               if "/" in r.text and not r.text.startswith("step/")
-              and r.text != "VERLPROF_CAPTURE"]
+              and r.text != "VERLPROF_CAPTURE"
+              # a range still open where the window ended is the next step's (read.py)
+              and not (ends and r.end_ns >= max(ends))]
     conn = sqlite3.connect(path)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     launches: Dict[Optional[int], int] = {}
