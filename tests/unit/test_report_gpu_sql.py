@@ -28,15 +28,19 @@ def synthetic(tmp_path_factory) -> str:
     return p4_gpu.build(str(tmp_path_factory.mktemp("gpu") / "gpu.sqlite"), N)
 
 
-def old_attribution(path: str) -> List[Tuple[str, Optional[int], Optional[int], Optional[int]]]:
-    """verlprof's attribution before it moved into SQLite (threads not considered)."""
+def phase_ranges(path: str):
+    """The reader's phases: verlprof's ``<role>/<phase>`` ranges, less one still open where
+    the capture window ended (read.py: it is the next step's)."""
     ranges = read_nvtx_ranges(path, domain=NVTX_DOMAIN)
     ends = [r.end_ns for r in ranges if r.text == "VERLPROF_CAPTURE"]
-    phases = [r for r in ranges
-              if "/" in r.text and not r.text.startswith("step/")
-              and r.text != "VERLPROF_CAPTURE"
-              # a range still open where the window ended is the next step's (read.py)
-              and not (ends and r.end_ns >= max(ends))]
+    return [r for r in ranges
+            if "/" in r.text and not r.text.startswith("step/")
+            and r.text != "VERLPROF_CAPTURE" and not (ends and r.end_ns >= max(ends))]
+
+
+def old_attribution(path: str) -> List[Tuple[str, Optional[int], Optional[int], Optional[int]]]:
+    """verlprof's attribution before it moved into SQLite (threads not considered)."""
+    phases = phase_ranges(path)
     conn = sqlite3.connect(path)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     launches: Dict[Optional[int], int] = {}
@@ -70,10 +74,7 @@ def independent(path: str) -> List[Tuple[str, int, int, int]]:
                                "FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
     conn.close()
     out = []
-    for r in read_nvtx_ranges(path, domain=NVTX_DOMAIN):
-        if "/" not in r.text or r.text.startswith("step/") or r.text == "VERLPROF_CAPTURE":
-            continue
-
+    for r in phase_ranges(path):
         def hits(rows, r=r):
             for cid, start, end in rows:
                 ref, tid = calls.get(cid, (start, None))
