@@ -18,6 +18,7 @@ from verlprof.demo.local_ray import ray_address as ray_address_for
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
+from verlprof.safe_text import visible
 
 
 def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
@@ -164,14 +165,40 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
     counts: Dict[str, int] = {}
     for entry in manifest["reports"]:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-        where = os.path.join(output_dir, entry["path"])
-        suffix = "" if entry["status"] == "ok" else f"  [{entry['status']}: {entry['reason']}]"
-        print(f"  {where}{suffix}")
+    for line in report_lines(manifest["reports"], output_dir):
+        print(line)
     print("verlprof reports: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     print(f"verlprof manifest: {os.path.join(output_dir, 'manifest.json')}")
     if plan.enabled:
         _summarise(output_dir)
     return 0 if set(counts) <= {"ok"} else 1
+
+
+LIST_EVERY_REPORT_UP_TO = 12
+"""Up to this many reports the demo lists each; above, only those not ``ok`` (at most
+:data:`LIST_PROBLEMS_UP_TO`), so that 40 profiled steps do not print 80 paths."""
+LIST_PROBLEMS_UP_TO = 20
+
+
+def report_lines(entries: Sequence[Dict[str, Any]], output_dir: str) -> List[str]:
+    """One line per report worth reading here; the manifest lists every one."""
+    def line(entry: Dict[str, Any]) -> str:
+        where = visible(os.path.join(output_dir, entry["path"]))  # names are data
+        if entry["status"] == "ok":
+            return f"  {where}"
+        return f"  {where}  [{entry['status']}: {visible(str(entry['reason']))}]"
+
+    if len(entries) <= LIST_EVERY_REPORT_UP_TO:
+        return [line(e) for e in entries]
+    problems = [e for e in entries if e["status"] != "ok"]
+    out = [line(e) for e in problems[:LIST_PROBLEMS_UP_TO]]
+    if len(problems) > LIST_PROBLEMS_UP_TO:
+        out.append(f"  ... and {len(problems) - LIST_PROBLEMS_UP_TO} more not ok "
+                   "(manifest.json has each with its reason)")
+    ok = len(entries) - len(problems)
+    if ok:
+        out.append(f"  {ok} ok report(s) under {output_dir} (each listed in manifest.json)")
+    return out
 
 
 def _summarise(output_dir: str) -> None:

@@ -69,7 +69,8 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                              "up to 3 profiled steps, else one table across steps; summary.md "
                              "always has them)")
     parser.add_argument("--no-picture", dest="picture", action="store_false",
-                        help="skip timeline.png and timeline.html")
+                        help="skip the pictures (timeline.png, timeline.html, "
+                             "timeline_steps.png)")
     parser.add_argument("--memory-budget", metavar="SIZE", default=None,
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
