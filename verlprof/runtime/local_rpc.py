@@ -142,7 +142,10 @@ class InProcessRanks:
         timeout = self.rpc_timeout_s if timeout_s is None else timeout_s
         results: Dict[Target, Any] = {}
         errors: List[RankError] = []
-        inline: List[Tuple[Target, Callable[..., Any]]] = []
+        # only targets are kept for the second pass, not a bound method and a tuple per rank:
+        # thousands of live objects per fan-out set off Python's cyclic GC, whose passes then
+        # scan a heap that grows with N (benchmarks/controller_scale.py)
+        inline: List[Target] = []
         waited: Dict[Future, Target] = {}
         now = time.monotonic()
         for target in targets:
@@ -153,14 +156,13 @@ class InProcessRanks:
                 self.busy.pop(target, None)
                 errors.append((target, f"{method} failed: {dead}"))
                 continue
-            threaded = isinstance(actor, OnOwnThread)
+            if not isinstance(actor, OnOwnThread):
+                inline.append(target)
+                continue
             try:
-                fn = getattr(actor.rank if threaded else actor, method)
+                fn = getattr(actor.rank, method)
             except Exception as err:  # as a Ray handle without that method
                 errors.append((target, f"{method} could not be sent: {describe_error(err)}"))
-                continue
-            if not threaded:
-                inline.append((target, fn))
                 continue
             future = actor.send(fn, args(target))
             busy = self.busy.get(target)
@@ -171,7 +173,12 @@ class InProcessRanks:
                 self.busy[target] = (first_method, future, since)
                 errors.append((target, f"{method} not awaited: still busy since {first_method} "
                                        f"{now - since:.0f}s ago (it runs once the rank is free)"))
-        for target, fn in inline:
+        for target in inline:
+            try:
+                fn = getattr(self.actors[target], method)
+            except Exception as err:
+                errors.append((target, f"{method} could not be sent: {describe_error(err)}"))
+                continue
             try:
                 results[target] = fn(*args(target))
             except RankDied as err:
