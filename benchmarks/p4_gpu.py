@@ -41,7 +41,7 @@ T1, T2, T3 = ((PID << 24) | (PID + k) for k in range(3))
 N_BENCH = 5_000_000
 GOAL = 3.0
 
-SCHEMA = """
+NVTX_SCHEMA = """
 CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT);
 CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER,
@@ -51,6 +51,8 @@ CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER
   endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER,
   int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER,
   floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
+"""
+CUDA_SCHEMA = """
 CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
   eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER,
   returnValue INTEGER, callchainId INTEGER);
@@ -62,6 +64,10 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT
   deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
   globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
 """
+"""The GPU tables of ``nsys export --type sqlite`` that verlprof reads, with nsys' own names
+(the report-reader unit tests build their small exports from it too)."""
+SCHEMA = NVTX_SCHEMA + CUDA_SCHEMA
+
 PHASE_NAMES = ("rollout/generate_sequences", "actor/compute_log_prob",
                "ref/compute_ref_log_prob", "actor/update_actor")
 

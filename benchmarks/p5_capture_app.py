@@ -12,26 +12,30 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Optional
 
 from verlprof.backends.nsys import capture_range
 
 STEP_S = float(sys.argv[1]) if len(sys.argv) > 1 else 0.02
 WINDOWS = 3
 
-for _ in range(WINDOWS):
-    t0 = time.perf_counter()
-    handle = capture_range.open_window()
-    opened = time.perf_counter() - t0
-    time.sleep(STEP_S)
-    capture_range.close_window(handle)
-    capture_range.settle()
-    print(f"alone {opened:.6f}", flush=True)
-for _ in range(WINDOWS):
-    t0 = time.perf_counter()
-    handle = capture_range.open_window()
-    opened = time.perf_counter() - t0
-    time.sleep(STEP_S)
-    capture_range.close_window(handle)
-    time.sleep(STEP_S)  # the unprofiled step between two profiled ones
-    print(f"schedule {opened:.6f}", flush=True)
+
+def windows(kind: str, gap_s: Optional[float]) -> None:
+    """Open and close :data:`WINDOWS` windows; print each start's latency as ``<kind> <s>``.
+    ``gap_s`` None: wait for each end to return (the start alone); else leave that gap."""
+    for _ in range(WINDOWS):
+        t0 = time.perf_counter()
+        handle = capture_range.open_window()
+        opened = time.perf_counter() - t0
+        time.sleep(STEP_S)
+        capture_range.close_window(handle)
+        if gap_s is None:
+            capture_range.settle()
+        else:
+            time.sleep(gap_s)  # the unprofiled step between two profiled ones
+        print(f"{kind} {opened:.6f}", flush=True)
+
+
+windows("alone", None)
+windows("schedule", STEP_S)
 capture_range.settle()

@@ -8,6 +8,7 @@ import gzip
 import json
 import sqlite3
 
+from benchmarks.p4_gpu import CUDA_SCHEMA
 from verlprof.backends.nsys.read import read_nsys_report, read_nsys_sqlite
 from verlprof.backends.reading import attribute
 from verlprof.backends.torch.read import read_torch_trace
@@ -25,18 +26,6 @@ CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER
   endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER,
   int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER,
   floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
-"""
-CUDA_SCHEMA = """
-CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
-  eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER,
-  returnValue INTEGER, callchainId INTEGER);
-CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
-  deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
-  globalPid INTEGER, demangledName INTEGER, shortName INTEGER, gridX INTEGER, gridY INTEGER,
-  gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER);
-CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL,
-  deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
-  globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
 """
 TID = (4242 << 24) | 4242
 
