@@ -54,8 +54,10 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     backend = get_backend(config.tool)
     processes: List[ProcessPlan] = []
     controller = ControllerPlan()
+    window_time: Optional[WindowTime] = None
     if config.active:
         backend.check(config, topology)
+        window_time = _window_time(config, backend)  # one record, shared by every process
         for group in topology.groups:
             mode = _group_mode(config, group)
             for rank in range(group.world_size):
@@ -63,14 +65,15 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                                   if _selects(config.components.get(r), rank))
                 if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
                     processes.append(_process_plan(config, topology, backend, group, rank,
-                                                   selecting, mode, windows, warnings))
+                                                   selecting, mode, windows, window_time,
+                                                   warnings))
         controller = _controller_plan(config, topology, backend, windows, warnings)
     hook = _finish_hook(config, processes, warnings) if config.active else None
     return ProfilePlan(
         enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
         controller=controller, source=config.source, warnings=tuple(dict.fromkeys(warnings)),
-        window_time=_window_time(config, backend),
+        window_time=window_time if window_time is not None else _window_time(config, backend),
         worker_options_key=config.nsys.worker_options_key,
         controller_options_key=config.nsys.controller_options_key,
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
@@ -182,7 +185,8 @@ def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
 
 def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                   group: GroupTopology, rank: int, selecting: Tuple[str, ...], mode: Mode,
-                  step_windows: Tuple[StepWindow, ...], warnings: List[str]) -> ProcessPlan:
+                  step_windows: Tuple[StepWindow, ...], window_time: WindowTime,
+                  warnings: List[str]) -> ProcessPlan:
     windows = _process_windows(config, group, rank, selecting, mode, step_windows,
                                backend.output_at_exit)
     launch = backend.worker_launch(config, topology, group, rank, len(windows), warnings)
@@ -192,7 +196,7 @@ def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                        raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
                        world_size=group.world_size,
                        capture_options=dict(launch.capture_options),
-                       window_time=_window_time(config, backend))
+                       window_time=window_time)
 
 
 def _window_time(config: ProfilingConfig, backend: Backend) -> WindowTime:
