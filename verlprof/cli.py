@@ -6,7 +6,6 @@ Every error a user can cause prints one line (``verlprof: <key>: <problem>``) an
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from typing import List, Optional
 
@@ -171,6 +170,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         write_config_copy(args.path, force=args.force)
         if args.path != STDOUT:  # '-' keeps stdout the config alone, for a pipe
+            import shlex
+
             path = shlex.quote(args.path)
             print(f"verlprof: wrote {args.path} (the demo's trainer config)")
             print("next steps:")

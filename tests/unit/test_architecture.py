@@ -56,6 +56,8 @@ LAZY_ALLOWED = {
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
+    "verlprof.backends",  # PEP 562: a backend's module when it is asked for
+    "verlprof.backends.nsys.backend",  # `verlprof report` reads: no config schema, no ctypes
     "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
 }
 """Modules allowed an import of verlprof inside a function; each is an entry point or a lazy

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
-from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import (
     STATUS_MISSING,
     ProcessIdentity,
@@ -23,11 +22,12 @@ from verlprof.records import (
     WorkerReport,
 )
 
-if TYPE_CHECKING:  # types only: the plan's builder imports the backends
+if TYPE_CHECKING:  # types only: the plan's builder imports the backends, and `verlprof
+    # report` (which reads reports through a backend) never needs the plan or the config
     from verlprof.backends.reading import ReportData
     from verlprof.config.schema import ProfilingConfig
     from verlprof.config.topology import GroupTopology, Topology
-    from verlprof.plan.model import ProfilePlan
+    from verlprof.plan.model import ProcessPlan, ProfilePlan, Window
 
 
 PERFETTO_URL = "https://ui.perfetto.dev"

@@ -19,15 +19,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
-from verlprof.backends.nsys.nvtx import CAPTURE_RANGE
+from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
 from verlprof.manifest import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
@@ -54,10 +52,14 @@ from verlprof.report.model import (
 )
 from verlprof.report.names import entries_with_stand_ins, records_with_stand_ins
 from verlprof.report.progress import Progress
+from verlprof.report.read_cache import ReadCache
 
 STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
 DEFAULT_EXPORT_TIMEOUT_S = 300.0
+IMPORT_THREAD = "verlprof-report-imports"
+"""Name of the thread on which :func:`verlprof.report.summary.summarize` imports the printing
+and drawing modules while the reports are read."""
 POOL_MIN_BYTES = 16 << 20
 """Torch traces below which they are parsed on threads (a process pool's start-up dominates)."""
 
@@ -89,7 +91,9 @@ def read_one(task: ReadTask) -> ReportData:
 
 def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
                  progress: Optional[Progress] = None,
-                 memory_budget: Optional[int] = None) -> List[ReportData]:
+                 memory_budget: Optional[int] = None,
+                 cache: Optional[ReadCache] = None,
+                 on_read: Optional[Callable[[], None]] = None) -> List[ReportData]:
     """Read all tasks; results in task order.
 
     How many at once: ``jobs`` (default one per core), never more than fit
@@ -99,15 +103,28 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
     use every core without a pool's start-up. Torch traces are parsed in Python: a process pool
     when there are at least :data:`POOL_MIN_BYTES` of them. A trace that alone exceeds the
     budget is refused (one line), the others still read. ``progress`` advances once per report.
+    ``cache``: what earlier runs read from the same, unchanged reports is taken from it, not
+    read again, and what is read now is put into it. ``on_read``: called once before reading
+    when some report is not in the cache.
     """
     if not tasks:
         return []
     progress = progress or Progress.disabled()
+    known: Dict[int, ReportData] = {}
+    if cache is not None:
+        for i, task in enumerate(tasks):
+            got = cache.get(task.path, task.backend, task.index)
+            if got is not None:
+                known[i] = got
+                progress.advance(os.path.basename(task.path))
+    if on_read is not None and len(known) < len(tasks):
+        on_read()
     limit = budget_bytes(memory_budget)
-    needs = [need(task.path, task.backend, limit) for task in tasks]
-    refused = {i: ReportData(index=task.index, error=n.refusal)
-               for i, (task, n) in enumerate(zip(tasks, needs)) if n.refusal}
-    todo = [i for i in range(len(tasks)) if i not in refused]
+    needs = {i: need(task.path, task.backend, limit) for i, task in enumerate(tasks)
+             if i not in known}
+    refused = {i: ReportData(index=tasks[i].index, error=n.refusal)
+               for i, n in needs.items() if n.refusal}
+    todo = [i for i in needs if i not in refused]
     largest = max((needs[i].bytes for i in todo), default=1)
     jobs = jobs_for(largest, limit, len(todo), requested=jobs)
     torch_bytes = _bytes([tasks[i] for i in todo if tasks[i].backend != "nsys"])
@@ -123,6 +140,10 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
         for i in todo:
             results[i] = read_one(tasks[i])
             progress.advance(os.path.basename(tasks[i].path))
+    if cache is not None:
+        for i in todo:
+            cache.put(tasks[i].path, tasks[i].backend, results[i])
+    results.update(known)
     return [results[i] for i in range(len(tasks))]
 
 
@@ -132,6 +153,10 @@ def _read_in_pool(tasks: Sequence[ReadTask], keys: Sequence[int], jobs: int,
     keeps what it finished; each unfinished report is tried again in a pool of its own, and
     one that kills that too becomes an unreadable report, so the others are still summarised.
     A pool that cannot start at all (spawn without a __main__ guard) reads in this process."""
+    # imported here: multiprocessing is ~15 ms that reading nsys reports (threads) never needs
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     done: Dict[int, ReportData] = {}
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
@@ -186,16 +211,25 @@ def _bytes(tasks: Sequence[ReadTask]) -> int:
 def _pool_context():
     """``fork`` when this process has a single thread (fast, nothing re-imported; the CLI),
     else ``spawn`` (forking a process with threads, e.g. after Ray started, can deadlock)."""
+    from multiprocessing import get_context
+
+    for thread in threading.enumerate():  # summarize's imports end in a few tens of ms:
+        if thread.name == IMPORT_THREAD:  # wait for them rather than lose fork
+            thread.join()
     return get_context("fork" if threading.active_count() == 1 else "spawn")
 
 
 def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
          export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
-         show_progress: bool = False, memory_budget: Optional[int] = None) -> LoadResult:
+         show_progress: bool = False, memory_budget: Optional[int] = None,
+         cache_dir: Optional[str] = None,
+         on_read: Optional[Callable[[], None]] = None) -> LoadResult:
     """Read every readable report of ``manifest`` and normalise it; ``show_progress``: a
     :class:`~verlprof.report.progress.Progress` on stderr, one step per report read;
     ``memory_budget``: bytes the readers may use together (default: see
-    :func:`verlprof.report.budget.budget_bytes`)."""
+    :func:`verlprof.report.budget.budget_bytes`); ``cache_dir``: where the
+    :class:`~verlprof.report.read_cache.ReadCache` lives (None: read every report);
+    ``on_read``: called before reading when some report is not cached."""
     problems: List[Problem] = []
     tasks: List[ReadTask] = []
     entries, warnings = entries_with_stand_ins(manifest.reports)
@@ -229,7 +263,10 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     began = time.monotonic()
     label = "reading reports"
     with (Progress(label, len(tasks)) if show_progress else Progress.disabled()) as progress:
-        datas = read_reports(tasks, jobs, progress, memory_budget)
+        cache = ReadCache(cache_dir, output_dir) if cache_dir is not None else None
+        datas = read_reports(tasks, jobs, progress, memory_budget, cache, on_read)
+        if cache is not None:
+            cache.save()
     seconds = time.monotonic() - began
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Dict, Optional
-
-from rich.console import Console
+import threading
+from typing import TYPE_CHECKING, Dict, Optional
 
 from verlprof import paths
 from verlprof.manifest import Manifest, read_manifest
-from verlprof.report.console import print_summary
-from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
 from verlprof.report.findings import Summary
-from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S, load
+from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S, IMPORT_THREAD, load
 from verlprof.report.model import LoadResult
 from verlprof.report.stragglers import (
     DEFAULT_MIN_EXCESS_MS,
@@ -20,8 +18,17 @@ from verlprof.report.stragglers import (
     find_stragglers,
 )
 from verlprof.report.table import build_rows, build_spreads
-from verlprof.report.timeline import build_timeline
-from verlprof.report.timeline_html import write_html
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+_PRINTING = ("verlprof.report.console",)
+"""Modules that print (rich: about 40 ms to import)."""
+_DRAWING = ("PIL.Image", "PIL.ImageDraw", "PIL.ImageFont", "PIL.PngImagePlugin",
+            "verlprof.report.timeline_png", "verlprof.report.timeline_steps")
+"""Modules that draw the pictures (Pillow: about 30 ms to import), imported meanwhile only
+when some report must be read: otherwise the pictures are likely kept
+(:mod:`verlprof.report.unchanged`)."""
 
 PNG_NAME = "timeline.png"
 HTML_NAME = "timeline.html"
@@ -60,14 +67,55 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     if not os.path.isdir(output_dir):
         raise ValueError(f"{output_dir}: not a directory")
     manifest = read_manifest(output_dir)
+    _import_meanwhile(_PRINTING)
+    drawing = _DRAWING if write and picture else ()
     loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout,
-                  show_progress=console is None if progress is None else progress)
+                  show_progress=console is None if progress is None else progress,
+                  cache_dir=os.path.join(output_dir, paths.SUMMARY_DIR) if write else None,
+                  on_read=lambda: _import_meanwhile(drawing))
     summary = analyse(output_dir, manifest, loaded, threshold, min_excess_ms)
     if write:
-        write_outputs(summary, picture=picture)
+        _write_unless_unchanged(summary, picture)
+    from verlprof.report.console import print_summary
+
     print_to = console if console is not None else default_console()
     print_summary(summary, print_to, per_step)
     return summary
+
+
+def _write_unless_unchanged(summary: Summary, picture: bool) -> None:
+    """Write the summary files, unless those in the summary directory are already what would
+    be written (:mod:`verlprof.report.unchanged`): then ``summary.paths`` lists them."""
+    from verlprof.report import unchanged
+
+    out_dir = os.path.join(summary.output_dir, paths.SUMMARY_DIR)
+    digest = unchanged.fingerprint(summary, picture)
+    kept = unchanged.still_written(out_dir, digest)
+    if kept is not None:
+        summary.paths.update(kept)
+        return
+    unchanged.forget(out_dir)
+    unchanged.record(out_dir, digest, write_outputs(summary, picture=picture))
+
+
+def _import_meanwhile(modules) -> None:
+    """Import ``modules`` on a background thread while the reports are read. Reading mostly
+    waits (on ``nsys export`` children, on SQLite, which runs without the GIL), so rich and
+    Pillow load in that time instead of after it (``import`` is safe across threads: a module
+    another thread is importing is waited for, never run twice). A module that fails to import
+    is left for the import where it is used, which raises as before."""
+
+    if not modules:
+        return
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001, S110 - raised again by the import that needs it
+                return
+
+    threading.Thread(target=run, name=IMPORT_THREAD, daemon=True).start()
 
 
 def analyse(output_dir: str, manifest: Manifest, loaded: LoadResult,
@@ -89,12 +137,20 @@ def analyse(output_dir: str, manifest: Manifest, loaded: LoadResult,
 
 def default_console() -> Console:
     """Stdout; when it is not a terminal (piped, logged), wide enough that tables never wrap."""
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=200)
 
 
 def write_outputs(summary: Summary, picture: bool = True) -> Dict[str, str]:
     """Write the summary files into ``<output_dir>/summary/``; fills ``summary.paths``."""
+    # imported here: a report whose files are unchanged (verlprof.report.unchanged) never
+    # writes them, and does not pay for these imports either
+    from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
+    from verlprof.report.timeline import build_timeline
+    from verlprof.report.timeline_html import write_html
+
     out_dir = os.path.join(summary.output_dir, paths.SUMMARY_DIR)
     os.makedirs(out_dir, exist_ok=True)
     written = summary.paths

@@ -99,6 +99,9 @@ def tint(colour: str, share: float) -> str:
     return "#" + "".join(f"{round(255 - (255 - c) * share):02x}" for c in rgb)
 
 
+PNG_COMPRESS_LEVEL = 1
+"""zlib level of the pictures: level 1 encodes about twice as fast as Pillow's 6 (encoding was
+about a third of the drawing time) for files ~25% larger (tens of KB); same pixels."""
 BAND_SHARES = (0.3, 0.6)
 """Tints of a band's outer parts: first start to last end, and median end to p95 end."""
 
@@ -159,7 +162,7 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
               font=fonts["label"], anchor="mt")
     draw.text((x0, 10), label(title, "title"), fill=INK, font=fonts["title"], anchor="lt")
     _draw_legend(draw, legend, columns, (x0 + x1) // 2, y1 + 56, fonts["small"])
-    image.save(path, optimize=False, compress_level=6)
+    image.save(path, optimize=False, compress_level=PNG_COMPRESS_LEVEL)
     return path
 
 

@@ -24,6 +24,7 @@ from verlprof.report.timeline_png import (
     BAND_SHARES,
     FONT_PX,
     INK,
+    PNG_COMPRESS_LEVEL,
     RULE,
     STRAGGLER,
     WIDTH_PX,
@@ -144,7 +145,7 @@ def write_steps_png(spreads: Sequence[Spread], stragglers: Sequence[Straggler],
     draw.text((geo.x0, 10), label(title, "title"), fill=INK, font=fonts["title"], anchor="lt")
     draw.text((geo.x0, 34), "each lane on its own scale: height = the phase's time in that step",
               fill=INK, font=fonts["small"], anchor="lt")
-    image.save(path, optimize=False, compress_level=6)
+    image.save(path, optimize=False, compress_level=PNG_COMPRESS_LEVEL)
     return path
 
 

@@ -8,16 +8,6 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.backends.base import Backend, Capture, Launch
-from verlprof.backends.nsys.argv import (
-    NSYS_NVTX_ENV,
-    check_trace_has_nvtx,
-    nsys_argv,
-    resolve_trigger,
-)
-from verlprof.backends.nsys.capture import NsysCapture
-from verlprof.backends.nsys.cli import sqlite_path_for
-from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
-from verlprof.backends.nsys.read import read_nsys_report
 from verlprof.errors import ConfigError
 from verlprof.safe_text import shell_quote
 
@@ -37,13 +27,20 @@ class NsysBackend(Backend):
     name = "nsys"
     has_reader = True
 
+    # Each method imports what it needs: `verlprof report` only reads (and must not pay for
+    # the config schema that argv needs, nor capture's ctypes), a worker only captures.
+
     def check(self, config: ProfilingConfig, topology: Topology) -> None:
+        from verlprof.backends.nsys.argv import check_trace_has_nvtx, resolve_trigger
+
         key = config.nsys.worker_options_key
         check_trace_has_nvtx(config.nsys.worker_options, key)
         resolve_trigger(config.nsys, key, topology.cuda)
 
     def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
                       rank: int, windows: int, warnings: List[str]) -> Launch:
+        from verlprof.backends.nsys.argv import NSYS_NVTX_ENV, nsys_argv, resolve_trigger
+
         key = config.nsys.worker_options_key
         trigger, _ = resolve_trigger(config.nsys, key, topology.cuda)
         argv = nsys_argv(config.nsys, options=config.nsys.worker_options,
@@ -56,6 +53,8 @@ class NsysBackend(Backend):
     def controller_launch(self, config: ProfilingConfig, topology: Topology, windows: int,
                           warnings: List[str]) -> Optional[Launch]:
         """The controller always uses the nvtx trigger: it does no GPU work of its own."""
+        from verlprof.backends.nsys.argv import NSYS_NVTX_ENV, check_trace_has_nvtx, nsys_argv
+
         if not config.nsys.controller_options:
             return None
         key = config.nsys.controller_options_key
@@ -69,6 +68,8 @@ class NsysBackend(Backend):
     def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
         """Each distinct launch command gets a bounded trial run of ``python -c pass``; a
         passing argv is remembered for the life of the process."""
+        from verlprof.backends.nsys.preflight import check_launch_argv, dry_run_key
+
         for key, argv in _launches(plan):
             cache_key = dry_run_key(argv)
             if cache_key in _PREFLIGHT_OK:
@@ -81,13 +82,19 @@ class NsysBackend(Backend):
                 _PREFLIGHT_OK.add(cache_key)
 
     def capture(self, plan: ProcessPlan) -> Capture:
+        from verlprof.backends.nsys.capture import NsysCapture
+
         return NsysCapture(plan)
 
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],
              timeout_s: float) -> ReportData:
+        from verlprof.backends.nsys.read import read_nsys_report
+
         return read_nsys_report(path, index=index, timeout=timeout_s)
 
     def is_cached(self, path: str) -> bool:
+        from verlprof.backends.nsys.cli import sqlite_path_for
+
         try:
             return os.path.getmtime(sqlite_path_for(path)) >= os.path.getmtime(path)
         except OSError:
