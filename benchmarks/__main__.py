@@ -20,10 +20,12 @@ from typing import Callable, List
 from benchmarks.common import Result, machine
 
 SIZES = {
-    "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40, demo_pairs=1,
-                 demo_steps=40, p3_blocks=6, p3_block=12, p4_rounds=5, scale_rounds=3),
-    "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5, demo_pairs=1,
-                  demo_steps=8, p3_blocks=2, p3_block=5, p4_rounds=1, scale_rounds=1),
+    "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
+                 p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=6, p3_block=12,
+                 p4_rounds=5, scale_rounds=3),
+    "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5,
+                  p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
+                  p4_rounds=1, scale_rounds=1),
 }
 METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller")
 
@@ -133,7 +135,8 @@ def _ray_metrics(only, size) -> List[Result]:
     if "p2" in only:
         from benchmarks import p2_fanout
 
-        results += guarded("P2", lambda: p2_fanout.run(rounds=size["p2_rounds"], log=log))
+        results += guarded("P2", lambda: p2_fanout.run(
+            size["p2_sizes"], rounds=size["p2_rounds"], log=log))
     if "controller" in only:
         from benchmarks import controller_scale
 

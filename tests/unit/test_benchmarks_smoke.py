@@ -54,6 +54,18 @@ def test_p2_result_from_times():
     assert growth.ratio == pytest.approx(1.0) and growth.verdict == "PASS"
 
 
+def test_p2_has_a_ratio_and_a_growth_row_at_32_and_64():
+    times = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
+    times[64] = {"verlprof": [2e6 * 64] * 3, "bare": [1e6 * 64] * 3}
+    idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
+    rows = p2_fanout._result(times, [idle] * 120, (8, 16, 32, 64))
+    assert [r.metric.split(",")[-1].split(" (")[0] for r in rows] == [
+        " N=32", "P2 growth: ratio at N=32 / ratio at N=8", " N=64",
+        "P2 growth: ratio at N=64 / ratio at N=8"]
+    assert [r.verdict for r in rows] == ["PASS", "PASS", "MISS", "MISS"]
+    assert rows[3].ratio == pytest.approx(2.0 / 1.2)
+
+
 @pytest.mark.integration
 def test_p2_runs_on_real_ray_at_tiny_size():
     results = p2_fanout.run(sizes=(1, 2), rounds=2, log=lambda _: None)
