@@ -8,7 +8,10 @@ The reports come from :mod:`benchmarks.p4_sizes` (cached). Per size, interleaved
 * ``verlprof report DIR`` cold (every ``.sqlite`` and the summary deleted first), run by a
   small wrapper that prints the process's own peak RSS (``VmHWM``; the ``nsys export``
   children are separate processes, their ``ru_maxrss`` is printed too, an upper bound);
-* the same, warm (the exports cached).
+* the same, warm: a second ``verlprof report`` of the same run (the exports, the reads
+  and the summary files cached, as a user who runs it again has them);
+* the same with the exports cached but ``summary/`` deleted (what ``warm`` measured before the
+  reads and the summary files were cached; shown beside it).
 
 Goals: cold <= 1.3x the export; warm <= 0.2x the export; the verlprof process's peak RSS at the
 largest size <= 2x its peak at the smallest. ``VERLPROF_BENCH_P4_SIZES`` picks the sizes:
@@ -19,6 +22,7 @@ on 2 busy cores, then 2-3 minutes a round: over ``make bench``'s 10 minutes, hen
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from typing import Dict, List, Sequence, Tuple
@@ -74,25 +78,30 @@ def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
     cores = os.cpu_count() or 1
     out: Dict[str, List[float]] = {k: [] for k in ("export", "cold", "warm", "rss", "kids",
                                                     "warm_rss", "export_cpu", "cold_cpu",
-                                                    "warm_cpu")}
+                                                    "warm_cpu", "exports_only",
+                                                    "exports_only_cpu")}
     for _ in range(rounds):
         wall, cpu = timed(lambda: export_all(reports, cores))
         out["export"].append(wall / 1e9)
         out["export_cpu"].append(cpu / 1e9)
         clean(folder)
-        for side in ("cold", "warm"):
+        for side in ("cold", "warm", "exports_only"):
+            if side == "exports_only":  # the exports stay, the cached reads and files go
+                shutil.rmtree(os.path.join(folder, "summary"), ignore_errors=True)
             got: List[Tuple[float, int, int]] = []
             _, cpu = timed(lambda got=got: got.append(report_once(folder)))
             wall, me, kids = got[0]
             out[side].append(wall)
             out[f"{side}_cpu"].append(cpu / 1e9)
-            out["rss" if side == "cold" else "warm_rss"].append(me)
+            if side != "exports_only":
+                out["rss" if side == "cold" else "warm_rss"].append(me)
             if side == "cold":
                 out["kids"].append(kids)
     clean(folder)
     mb = sum(os.path.getsize(p) for p in reports) / len(reports) / 1e6
     log(f"P4 scale {size_mb} MB ({mb:.1f} MB/report): export {median(out['export']):.2f} s, "
-        f"cold {median(out['cold']):.2f} s, warm {median(out['warm']):.2f} s, peak RSS "
+        f"cold {median(out['cold']):.2f} s, warm {median(out['warm']):.2f} s (exports only "
+        f"cached {median(out['exports_only']):.2f} s), peak RSS "
         f"{max(out['rss']) / 1024:.0f} MiB")
     out["mb"] = [mb]
     return out
@@ -119,6 +128,9 @@ def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
                   f"{median(f['export_cpu']):.2f} s, cold {median(f['cold_cpu']):.2f} s "
                   f"({median(f['cold_cpu']) / median(f['export_cpu']):.2f}x), warm "
                   f"{median(f['warm_cpu']):.2f} s",
+                  f"warm with only the exports cached (summary/ deleted, so every report is "
+                  f"read and every file written again): {median(f['exports_only']):.2f} s = "
+                  f"{median(f['exports_only']) / export:.2f}x the export",
                   f"verlprof process peak RSS {max(f['rss']) / 1024:.0f} MiB cold, "
                   f"{max(f['warm_rss']) / 1024:.0f} MiB warm; largest child (nsys export) "
                   f"{max(f['kids']) / 1024:.0f} MiB"]

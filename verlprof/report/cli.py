@@ -85,7 +85,6 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
 def run_report_command(args: argparse.Namespace) -> int:
     """Summarise ``args.output_dir``; 0 on success, 2 with one line on stderr for a bad dir."""
     from verlprof.report.runs import report_runs
-    from verlprof.report.summary import summarize
 
     several = report_runs(args, run_report_command)  # one summary per run, never mixed
     if several is not None:
@@ -95,7 +94,13 @@ def run_report_command(args: argparse.Namespace) -> int:
             from verlprof.report.budget import BUDGET_ENV, parse_size
 
             os.environ[BUDGET_ENV] = str(parse_size(args.memory_budget))
-        summarize(args.output_dir, threshold=args.threshold,
+        # the first exports start now and run while the rest loads (verlprof.report.ahead)
+        from verlprof.report.ahead import export_ahead
+
+        manifest = export_ahead(args.output_dir, args.jobs)
+        from verlprof.report.summary import summarize
+
+        summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
                   min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                   jobs=args.jobs, picture=args.picture,
                   per_step=getattr(args, "per_step", None))

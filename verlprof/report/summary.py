@@ -43,7 +43,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
               min_excess_ms: float = DEFAULT_MIN_EXCESS_MS, jobs: Optional[int] = None,
               picture: bool = True, console: Optional[Console] = None, write: bool = True,
               export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
-              progress: Optional[bool] = None, per_step: Optional[bool] = None) -> Summary:
+              progress: Optional[bool] = None, per_step: Optional[bool] = None,
+              manifest: Optional[Manifest] = None) -> Summary:
     """Summarise ``output_dir`` (a directory with a ``manifest.json``).
 
     Reads every report (``jobs`` processes, default one per core), builds the per-step table,
@@ -56,7 +57,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     raises. ``progress``: show the reading progress on stderr (default: when ``console`` is
     not given, as in the CLI). ``per_step``:
     print the per-step tables (default: only for up to 3 profiled steps; beyond, one table
-    across steps; summary.md always has both).
+    across steps; summary.md always has both). ``manifest``: ``output_dir``'s, already read.
     """
     if threshold <= 0:
         raise ValueError(f"--threshold must be positive, got {threshold:g}")
@@ -66,7 +67,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if not os.path.isdir(output_dir):
         raise ValueError(f"{output_dir}: not a directory")
-    manifest = read_manifest(output_dir)
+    if manifest is None:
+        manifest = read_manifest(output_dir)
     _import_meanwhile(_PRINTING)
     drawing = _DRAWING if write and picture else ()
     loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout,

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Union
@@ -268,6 +269,35 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
+_AHEAD: Dict[str, Future[Path]] = {}
+"""Exports started by :func:`export_ahead` not yet joined, by output path."""
+_AHEAD_LOCK = threading.Lock()
+
+
+def export_ahead(report_path: PathLike, timeout_s: float = 120.0) -> None:
+    """Start exporting ``report_path`` (to :func:`sqlite_path_for`) now, on a thread of its
+    own; the next :func:`export_sqlite` of the same report and output waits for it instead of
+    starting another ``nsys export``, and gets its result or its error.
+
+    ``verlprof report`` starts its first exports so, once it has read the manifest: they run
+    while the rest of the command is imported. Not a daemon thread: a command that ends early
+    still lets the export finish (or time out) and remove its temporary file."""
+    out = str(sqlite_path_for(report_path))
+    pending: Future[Path] = Future()
+    with _AHEAD_LOCK:
+        if out in _AHEAD:
+            return
+        _AHEAD[out] = pending
+
+    def run() -> None:
+        try:
+            pending.set_result(_export_sqlite(report_path, timeout_s))
+        except BaseException as err:  # noqa: BLE001 - handed to the export_sqlite that joins
+            pending.set_exception(err)
+
+    threading.Thread(target=run, name="verlprof-export-ahead").start()
+
+
 def export_sqlite(report_path: PathLike, timeout_s: float = 120.0, *,
                   out_path: Optional[PathLike] = None, nsys_exe: str = "nsys",
                   force: bool = False) -> Path:
@@ -278,7 +308,20 @@ def export_sqlite(report_path: PathLike, timeout_s: float = 120.0, *,
     place, so concurrent calls (threads or processes) never see a half-written file. Success is
     judged by the file, not nsys' exit code. Raises :class:`NsysExportError` (a
     :class:`~verlprof.backends.nsys.sqlite.ReportReadError`) with nsys' output tail otherwise.
+    An export of the same report and output started by :func:`export_ahead` is waited for.
     """
+    out = Path(out_path) if out_path is not None else sqlite_path_for(report_path)
+    with _AHEAD_LOCK:
+        pending = _AHEAD.pop(str(out), None)
+    if pending is not None and not force and nsys_exe == "nsys":
+        return pending.result()
+    return _export_sqlite(report_path, timeout_s, out_path=out_path, nsys_exe=nsys_exe,
+                          force=force)
+
+
+def _export_sqlite(report_path: PathLike, timeout_s: float, *,
+                   out_path: Optional[PathLike] = None, nsys_exe: str = "nsys",
+                   force: bool = False) -> Path:
     rep = Path(report_path)
     out = Path(out_path) if out_path is not None else sqlite_path_for(rep)
     try:
