@@ -113,6 +113,7 @@ class ProfileController:
         self._rpc: RankRPC = RankCalls(timeout) if rpc is None else rpc
         self._rpc.rpc_timeout_s = timeout  # an injected layer follows the same policy
         self._identity: Dict[Target, ProcessIdentity] = {}
+        self._targets: List[Target] = []
         self._started: Dict[Target, StepWindow] = {}
         self._next: Dict[Target, Optional[StepWindow]] = {}
         self._open: Optional[StepWindow] = None
@@ -156,6 +157,8 @@ class ProfileController:
             if process.group == name:
                 self._rpc.actors[(name, process.rank)] = actors[process.rank]
                 targets.append((name, process.rank))
+        self._targets = [(p.group, p.rank) for p in self.plan.processes
+                         if (p.group, p.rank) in self._rpc.actors]
         plans = {(p.group, p.rank): p for p in self.plan.processes}
         statuses, errors = self._rpc.call("verlprof_configure", targets, lambda t: (plans[t],))
         for target, status in statuses.items():
@@ -167,8 +170,13 @@ class ProfileController:
     @property
     def targets(self) -> List[Target]:
         """Registered planned processes, in plan order."""
-        return [(p.group, p.rank) for p in self.plan.processes
-                if (p.group, p.rank) in self._rpc.actors]
+        return list(self._targets)
+
+    def _live(self, targets: List[Target]) -> List[Target]:
+        """``targets`` less the dead ranks (the same list when none died: a step at 8,192
+        ranks pays C-level copies, not a Python test per rank)."""
+        failed = self._rpc.failed
+        return [t for t in targets if t not in failed] if failed else targets
 
     @property
     def failed_ranks(self) -> Dict[Target, str]:
@@ -221,16 +229,17 @@ class ProfileController:
         a bare no-op fan-out instead of about 1.0x (benchmarks/p2_fanout.py). The mirror holds
         because each worker runs this controller's calls in order; a rank with an error gets
         the explicit form until it answers again."""
-        targets = [t for t in self.targets if t not in self._rpc.failed]
-        for target in targets:  # also the late ones: their stop must follow their start
-            self._started[target] = window
-        implicit = {t for t in targets if self._next.get(t) == window}
+        targets = self._live(self._targets)
+        # also the late ones: their stop must follow their start
+        self._started.update(dict.fromkeys(targets, window))
+        mirrored = list(map(self._next.get, targets))
+        explicit = set() if mirrored.count(window) == len(targets) else \
+            {t for t, n in zip(targets, mirrored) if n != window}
         following = self.plan.window_after(window)
         try:
             _, errors = self._rpc.call("verlprof_start", targets,
-                                       lambda t: () if t in implicit else (window,))
-            for target in targets:
-                self._next[target] = following
+                                       lambda t: (window,) if t in explicit else ())
+            self._next.update(dict.fromkeys(targets, following))
             for target, _ in errors:
                 self._next[target] = None
             self._on_errors(errors)
@@ -245,7 +254,7 @@ class ProfileController:
         ``verlprof_stop()`` goes without arguments (it closes what is armed), as in ``_start``."""
         started, self._started = self._started, {}
         self._open = None
-        targets = [t for t in started if t not in self._rpc.failed]
+        targets = self._live(list(started))
         try:
             if targets:
                 _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
@@ -268,7 +277,7 @@ class ProfileController:
             self.stop_all(raise_errors=False)
             timeout = self.finalize_timeout_s if timeout_s is None else timeout_s
             items: List[WorkerReport] = []
-            alive = [t for t in self.targets if t not in self._rpc.failed]
+            alive = self._live(self.targets)
             margin = min(30.0, 5.0 + timeout / 10)
             results, errors = self._rpc.call("verlprof_finalize", alive, lambda t: (timeout,),
                                              timeout_s=timeout + margin, wait_busy=True)

@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, wait
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from verlprof.records import Target
 from verlprof.runtime.rank_rpc import RankError, describe_error, note_late
@@ -99,13 +99,33 @@ class OnOwnThread:
                 future.set_exception(err)
 
 
+class _Actors(Dict[Target, Any]):
+    """``(group, rank) -> rank object``, remembering which ranks run on their own thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threaded: Set[Target] = set()
+
+    def __setitem__(self, target: Target, actor: Any) -> None:
+        super().__setitem__(target, actor)
+        if isinstance(actor, OnOwnThread):
+            self.threaded.add(target)
+        else:
+            self.threaded.discard(target)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for target, actor in dict(*args, **kwargs).items():
+            self[target] = actor
+
+
 class InProcessRanks:
     """:class:`~verlprof.runtime.rank_rpc.RankRPC` over plain objects in this process
     (``actors[(group, rank)]``, filled by the controller's ``register_group``)."""
 
     def __init__(self, rpc_timeout_s: float = DEFAULT_TIMEOUT_S):
         self.rpc_timeout_s = rpc_timeout_s
-        self.actors: Dict[Target, Any] = {}
+        self._registry = _Actors()
+        self.actors: Dict[Target, Any] = self._registry
         self.failed: Dict[Target, str] = {}
         """Dead ranks: (group, rank) -> why (noticed at a call, as over Ray)."""
         self.busy: Dict[Target, Tuple[str, Future, float]] = {}
@@ -148,17 +168,20 @@ class InProcessRanks:
         inline: List[Target] = []
         waited: Dict[Future, Target] = {}
         now = time.monotonic()
+        # this pass touches no rank object unless some ranks died or run on threads: at 8,192
+        # ranks the step's cost is then memory-bound, and each object touched is a cache miss
+        dead_ranks, threaded = self._dead, self._registry.threaded
         for target in targets:
-            actor = self.actors[target]
-            dead = self._dead.get(target)
+            dead = dead_ranks.get(target) if dead_ranks else None
             if dead is not None:
                 self.failed[target] = dead
                 self.busy.pop(target, None)
                 errors.append((target, f"{method} failed: {dead}"))
                 continue
-            if not isinstance(actor, OnOwnThread):
+            if not (threaded and target in threaded):
                 inline.append(target)
                 continue
+            actor = self.actors[target]
             try:
                 fn = getattr(actor.rank, method)
             except Exception as err:  # as a Ray handle without that method
