@@ -15,9 +15,16 @@ import pytest
 
 from benchmarks import p4_gpu
 from tests.unit.test_report_readers import make_sqlite
+from verlprof.backends.nsys import gpu_numpy, gpu_sql
+from verlprof.backends.nsys.gpu_sql import GpuTotals, Span, gpu_totals
 from verlprof.backends.nsys.nvtx import NVTX_DOMAIN
 from verlprof.backends.nsys.read import read_nsys_sqlite
-from verlprof.backends.nsys.sqlite import read_cuda_kernels, read_memcpy, read_nvtx_ranges
+from verlprof.backends.nsys.sqlite import (
+    list_tables,
+    read_cuda_kernels,
+    read_memcpy,
+    read_nvtx_ranges,
+)
 from verlprof.backends.reading import attribute
 
 N = 8_000
@@ -77,6 +84,8 @@ def independent(path: str) -> List[Tuple[str, int, int, int]]:
     for r in phase_ranges(path):
         def hits(rows, r=r):
             for cid, start, end in rows:
+                if start is None or end is None:
+                    continue  # not an event with a time
                 ref, tid = calls.get(cid, (start, None))
                 if r.start_ns <= ref <= r.end_ns and tid in (None, r.global_tid):
                     yield max(0, end - start)
@@ -148,3 +157,108 @@ def test_phases_without_gpu_rows_and_no_phases(tmp_path):
     with sqlite3.connect(path) as conn:
         conn.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 59")
     assert read(path) == []
+
+
+# --- the numpy path (gpu_numpy) against the SQL path, on the same files ---------------------
+
+def both_paths(path: str, monkeypatch, chunks=(7, 64, 1000, gpu_numpy.CHUNK_ROWS),
+               fallback_ok: bool = False) -> GpuTotals:
+    """The SQL path's totals, after checking that the numpy path gives the same ones at each
+    chunk size (and really ran: the SQL path is made to fail while it is expected not to)."""
+    tables = set(list_tables(path))
+    spans = [Span(r.start_ns, r.end_ns, r.global_tid) for r in phase_ranges(path)]
+    with sqlite3.connect(path) as conn:
+        want = gpu_totals(conn, tables, spans, fast_min_rows=None)
+        for rows in chunks:
+            with monkeypatch.context() as patch:
+                if not fallback_ok:
+                    patch.setattr(gpu_sql, "_sql_totals", _no_sql)
+                got = gpu_totals(conn, tables, spans, fast_min_rows=0, chunk_rows=rows)
+            assert got == want, f"chunk_rows={rows}"
+    return want
+
+
+def _no_sql(*args, **kwargs):
+    raise AssertionError("the numpy path fell back to SQL")
+
+
+def test_numpy_path_equals_sql_path_and_the_reference(synthetic, monkeypatch):
+    # duplicate kernel ids (two kernels of one launch), runtime rows missing, NULL threads
+    totals = both_paths(synthetic, monkeypatch)
+    assert [(k[0], k[1], m[0]) for k, m in zip(totals.kernels, totals.memcpy)] == \
+        [(k, n, m) for _, k, n, m in independent(synthetic)]
+
+
+def test_numpy_path_on_odd_runtime_and_event_rows(tmp_path, monkeypatch):
+    """Runtime ids out of order and repeated (the last row wins, within a chunk and across
+    chunks), kernels with NULL or 33-bit ids (read plainly), negative durations, NULL ends,
+    rowid gaps; the numpy path must give the SQL path's and the reference's totals."""
+    path = p4_gpu.build(str(tmp_path / "odd.sqlite"), 3000)
+    t1, t2, t3 = p4_gpu.T1, p4_gpu.T2, p4_gpu.T3
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE r2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                     "ORDER BY (correlationId * 7919) % 3001")
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM r2")
+        conn.execute("DROP TABLE r2")
+        # repeats: later rows move launches to other threads and times
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, "
+                         "correlationId) VALUES (?, ?, ?, ?)",
+                         [(p4_gpu.LAUNCH0 + (i * 37 % 3000) * p4_gpu.STEP, 0,
+                           (t1, t2, t3, None)[i % 4], i * 13 % 3000 + 1) for i in range(400)])
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = NULL "
+                     "WHERE rowid % 101 = 0")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 8589934592 + rowid "
+                     "WHERE rowid % 211 = 0")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 50 "
+                     "WHERE rowid % 53 = 0")
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 307 = 0")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET correlationId = 9999999 "
+                     "WHERE rowid % 3 = 0")
+    # NULL ends need a table without NOT NULL, as a hand-made export may have
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY RENAME TO m_old")
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, "
+                     "correlationId INTEGER)")
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY SELECT start, CASE WHEN "
+                     "rowid % 7 = 0 THEN NULL ELSE end END, correlationId FROM m_old")
+        conn.execute("DROP TABLE m_old")
+    totals = both_paths(path, monkeypatch)
+    assert [(k[0], k[1], m[0]) for k, m in zip(totals.kernels, totals.memcpy)] == \
+        [(k, n, m) for _, k, n, m in independent(path)]
+    assert any(n for n, _ in totals.kernels)
+
+
+def test_numpy_path_without_runtime_rows_or_threads(tmp_path, monkeypatch):
+    path = p4_gpu.build(str(tmp_path / "bare.sqlite"), 2000)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN globalTid")
+    both_paths(path, monkeypatch, chunks=(5, 1000))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert any(n for n, _ in both_paths(path, monkeypatch, chunks=(5, 1000)).kernels)
+
+
+def test_the_sql_path_takes_over_when_the_map_would_not_fit(synthetic, tmp_path, monkeypatch):
+    calls = []
+    real = gpu_sql._sql_totals
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gpu_sql, "_sql_totals", counted)
+    monkeypatch.setattr(gpu_numpy, "MAP_BYTES", 4096)  # fewer ids than the report's calls
+    both_paths(synthetic, monkeypatch, chunks=(1000,), fallback_ok=True)
+    assert len(calls) == 2  # the reference and the fallback
+    monkeypatch.setattr(gpu_numpy, "MAP_BYTES", 1 << 20)
+    copy = str(tmp_path / "negative.sqlite")
+    shutil.copy(synthetic, copy)
+    with sqlite3.connect(copy) as conn:  # a negative id: the map cannot hold it
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = -5 "
+                     "WHERE rowid = 3000")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = -5 "
+                     "WHERE rowid = 2000")
+    del calls[:]
+    both_paths(copy, monkeypatch, chunks=(1000,), fallback_ok=True)
+    assert len(calls) == 2
