@@ -9,13 +9,12 @@ stragglers themselves are grouped by rank: a rank that straggles in every step i
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 from verlprof.report.matrix import Cell, StepTable, ms
 from verlprof.report.stragglers import Straggler
-from verlprof.report.table import PhaseRow, group_order, phase_order, quantile
+from verlprof.report.table import PhaseRow, group_order, median, phase_order, quantile
 
 ACROSS_HEADER = ("group", "phase", "steps", "median", "p5", "p95", "max", "first", "last",
                  "slowest", "stragglers")
@@ -72,10 +71,10 @@ def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> S
         label = phase if role == group else f"{role}/{phase}"
         lines.append((
             Cell(group if group != previous else ""), Cell(label), Cell(str(len(steps))),
-            Cell(ms(statistics.median(ordered))), Cell(ms(quantile(ordered, 0.05))),
+            Cell(ms(median(ordered))), Cell(ms(quantile(ordered, 0.05))),
             Cell(ms(quantile(ordered, 0.95))), Cell(ms(ordered[-1])),
-            Cell(ms(statistics.median(by_step[steps[0]]))),
-            Cell(ms(statistics.median(by_step[steps[-1]]))),
+            Cell(ms(median(by_step[steps[0]]))),
+            Cell(ms(median(by_step[steps[-1]]))),
             Cell(f"s{slow.step} r{slow.rank}" + ("!" if slow_flag else ""), slow_flag),
             Cell(f"{count} in {in_steps} step{'' if in_steps == 1 else 's'}" if count else "",
                  bool(count))))

@@ -46,6 +46,13 @@ every one): at 1,000 ranks a lost node is hundreds of reports."""
 def print_summary(summary: Summary, console: Console, per_step: Optional[bool] = None) -> None:
     """Print the summary. ``per_step``: the per-step tables (None: only when the run has at
     most :data:`PER_STEP_AUTO_MAX` profiled steps; then there is no across-steps table)."""
+    print_findings(summary, console, per_step)
+    print_files(summary, console)
+
+
+def print_findings(summary: Summary, console: Console, per_step: Optional[bool] = None) -> None:
+    """Everything :func:`print_summary` prints but the written files and the next steps:
+    printed while the files are written."""
     s = summary
     if not s.records:
         console.print(Text("no phase ranges found in any report", style="yellow"))
@@ -98,6 +105,11 @@ def print_summary(summary: Summary, console: Console, per_step: Optional[bool] =
         _line(console, warning, lead=Text("warning: ", style="yellow"))
     for note in s.notes:
         _line(console, f"note: {note}")
+
+
+def print_files(summary: Summary, console: Console) -> None:
+    """The written files (``summary.paths``) and what to open next."""
+    s = summary
     for name, path in s.paths.items():
         _line(console, f"{name}: {path}")
     for hint in next_steps(s):  # its paths are already shell words (safe_text.shell_quote)

@@ -12,7 +12,6 @@ were stragglers and the slowest ranks by name (``r7!`` when flagged).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +23,7 @@ from verlprof.report.table import (
     Spread,
     group_order,
     has_gpu_data,
+    median,
     phase_order,
 )
 
@@ -116,8 +116,8 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
             if gpu:
                 kern = [r.kernel_ns for r in members.values() if r.kernel_ns is not None]
                 count = [r.kernel_count for r in members.values() if r.kernel_count is not None]
-                line += [Cell(ms(statistics.median(kern)) if kern else "-"),
-                         Cell(str(int(statistics.median(count))) if count else "-")]
+                line += [Cell(ms(median(kern)) if kern else "-"),
+                         Cell(str(int(median(count))) if count else "-")]
             lines.append(tuple(line))
         span = span_of.get(step)
         title = f"step {step}"

@@ -76,13 +76,38 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
                   cache_dir=os.path.join(output_dir, paths.SUMMARY_DIR) if write else None,
                   on_read=lambda: _import_meanwhile(drawing))
     summary = analyse(output_dir, manifest, loaded, threshold, min_excess_ms)
-    if write:
-        _write_unless_unchanged(summary, picture)
-    from verlprof.report.console import print_summary
+    writing = _Writer(summary, picture) if write else None
+    from verlprof.report.console import print_files, print_findings
 
     print_to = console if console is not None else default_console()
-    print_summary(summary, print_to, per_step)
+    print_findings(summary, print_to, per_step)
+    if writing is not None:
+        writing.wait()  # the files are listed last: they must be there
+    print_files(summary, print_to)
     return summary
+
+
+class _Writer:
+    """:func:`_write_unless_unchanged` on a thread, while the tables are printed: Pillow
+    encodes the pictures and the files are written without the GIL, rich prints with it.
+    :meth:`wait` raises what the writing raised (e.g. OSError: cannot write the summary)."""
+
+    def __init__(self, summary: Summary, picture: bool):
+        self._error: Optional[BaseException] = None
+
+        def run() -> None:
+            try:
+                _write_unless_unchanged(summary, picture)
+            except BaseException as err:  # noqa: BLE001 - raised again by wait()
+                self._error = err
+
+        self._thread = threading.Thread(target=run, name="verlprof-report-files")
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _write_unless_unchanged(summary: Summary, picture: bool) -> None:

@@ -8,7 +8,6 @@ columns stay None when no report of the row had kernel/memcpy data, so "not meas
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -77,6 +76,17 @@ class Spread:
         return f"{self.role}/{self.phase}"
 
 
+def median(values: Sequence[float]) -> float:
+    """The median, as ``statistics.median`` gives it (the mean of the two middle values of an
+    even count); ``statistics`` itself costs ``verlprof report`` an import of ``random``,
+    ``fractions`` and ``decimal`` for this one function."""
+    data = sorted(values)
+    if not data:
+        raise ValueError("no median for empty data")
+    middle = len(data) // 2
+    return data[middle] if len(data) % 2 else (data[middle - 1] + data[middle]) / 2
+
+
 def quantile(ordered: Sequence[int], q: float) -> int:
     """Nearest-rank ``q`` quantile (0..1) of an ascending, non-empty sequence."""
     index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
@@ -128,7 +138,7 @@ def build_spreads(rows: Sequence[PhaseRow]) -> List[Spread]:
         slow = sorted(members, key=lambda r: (-r.duration_ns, r.rank))[:SLOWEST_SHOWN]
         out.append(Spread(step=step, group=group, role=role, phase=phase,
                           ranks=tuple(r.rank for r in members), min_ns=durations[0],
-                          median_ns=int(statistics.median(durations)), max_ns=durations[-1],
+                          median_ns=int(median(durations)), max_ns=durations[-1],
                           slowest_rank=slow[0].rank, p95_ns=quantile(durations, 0.95),
                           slowest_ranks=tuple(r.rank for r in slow)))
     out.sort(key=lambda s: (s.step, group_order(s.group), phase_order(s.phase), s.role))

@@ -12,13 +12,12 @@ so a phase keeps its colour across lanes, steps and runs.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple, Union
 
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord, StepSpan, Window
 from verlprof.report.stragglers import Straggler
-from verlprof.report.table import MANY_RANKS, group_order, phase_order, quantile
+from verlprof.report.table import MANY_RANKS, group_order, median, phase_order, quantile
 
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -166,12 +165,12 @@ def _band(key: tuple, spans: Dict[int, List[int]], lane: int, flagged: set, sec)
     durations = sorted(b - a for a, b in spans.values())
     slow = sum(1 for rank in spans if key + (rank,) in flagged)
     label = (f"{role}/{phase} step {step} {group}, {len(spans)} ranks: median "
-             f"{statistics.median(durations) / 1e6:.1f} ms, p95 "
+             f"{median(durations) / 1e6:.1f} ms, p95 "
              f"{quantile(durations, 0.95) / 1e6:.1f} ms, max {durations[-1] / 1e6:.1f} ms"
              + (f", {slow} straggler(s)" if slow else ""))
     return Band(lane=lane, phase=phase, label=label, first_start_s=sec(starts[0]),
-                median_start_s=sec(statistics.median(starts)),
-                median_end_s=sec(statistics.median(ends)), p95_end_s=sec(quantile(ends, 0.95)),
+                median_start_s=sec(median(starts)),
+                median_end_s=sec(median(ends)), p95_end_s=sec(quantile(ends, 0.95)),
                 last_end_s=sec(ends[-1]), ranks=len(spans), stragglers=slow)
 
 
