@@ -110,14 +110,16 @@ class _Calc:
                    map_bytes: int) -> Any:
         """Dense ``correlationId -> key`` array, -1 where no runtime row has the id."""
         np = self.np
+        # no count(*): both values are non-NULL on every row kept, so the two lists align
         sql = (f"SELECT group_concat(correlationId), group_concat((start - {self.base}) * "
-               f"{self.width} + {self.code_sql(thread)}), count(*) FROM {RUNTIME_TABLE} "
-               "WHERE rowid BETWEEN ? AND ? AND correlationId IS NOT NULL "
-               "AND start IS NOT NULL")
+               f"{self.width} + {self.code_sql(thread)}) FROM {RUNTIME_TABLE} "
+               "WHERE rowid BETWEEN ? AND ? AND correlationId IS NOT NULL"
+               f"{pool.not_null(RUNTIME_TABLE, 'start')}")
 
         def chunk(conn: sqlite3.Connection, lo: int, hi: int) -> Tuple[Any, Any]:
-            cid_text, packed_text, count = conn.execute(sql, (lo, hi)).fetchone()
-            cid = _need(_ints(np, cid_text, count))
+            cid_text, packed_text = conn.execute(sql, (lo, hi)).fetchone()
+            cid = _need(_ints(np, cid_text))
+            count = len(cid)
             packed = _need(_ints(np, packed_text, count))
             rel, code = np.divmod(packed, self.width)
             del packed
@@ -152,13 +154,13 @@ class _Calc:
         """``key -> (ns, count)`` of ``table``'s events; ``keys``: the launch map, or None
         (each event by its own start)."""
         np = self.np
-        where = f"FROM {table} WHERE rowid BETWEEN ? AND ? AND start IS NOT NULL " \
-                "AND end IS NOT NULL"
-        # duration and id in one integer (one text value per event): exact while every id
-        # is in 0..2^32-1 (CUPTI's are 32-bit); one that is not (or NULL) gives NULL, which
-        # group_concat leaves out, and an overflow a REAL: the chunk is then read plainly
-        packed = f"SELECT group_concat(CASE WHEN correlationId >> 32 THEN NULL ELSE " \
-                 f"(end - start) * 4294967296 + correlationId END), count(*) {where}"
+        where = f"FROM {table} WHERE rowid BETWEEN ? AND ?" \
+                f"{pool.not_null(table, 'start')}{pool.not_null(table, 'end')}"
+        # duration and id in one integer (one text value per event, no count(*)): exact
+        # while every id is in 0..2^32-1 (CUPTI's are 32-bit); one that is not, or NULL, gives
+        # 'x', and an overflow a REAL, neither an integer: the chunk is then read plainly
+        packed = f"SELECT group_concat(CASE WHEN correlationId >> 32 = 0 THEN " \
+                 f"(end - start) * 4294967296 + correlationId ELSE 'x' END) {where}"
         # the chunk's first and last rowids by two seeks (min() and max() would scan it)
         ends = f"SELECT (SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1), " \
                f"(SELECT rowid FROM {table} WHERE rowid <= ? ORDER BY rowid DESC LIMIT 1)"
@@ -183,10 +185,10 @@ class _Calc:
         def chunk(conn: sqlite3.Connection, lo: int, hi: int) -> Tuple[Any, Any]:
             if keys is None:
                 return self.sums(*by_own_start(conn, lo, hi))
-            text, count = conn.execute(packed, (lo, hi)).fetchone()
-            values = _ints(np, text, count)
+            values = _ints(np, conn.execute(packed, (lo, hi)).fetchone()[0])
             if values is None:  # NULL ids, ids beyond 32 bits, overflow
                 return self.sums(*by_own_start(conn, lo, hi))
+            count = len(values)
             cid = values & 0xFFFFFFFF
             dur = values >> 32  # floor: a negative duration decodes as itself
             del values
@@ -272,21 +274,28 @@ class _Pool:
                 if not pending.cancelled():
                     pending.exception()  # wait: its connection must be idle when closed
 
+    def not_null(self, table: str, column: str) -> str:
+        """`` AND column IS NOT NULL``, unless the table declares the column NOT NULL."""
+        declared = {r[1]: bool(r[3]) for r in self.opened[0].execute(
+            f"PRAGMA table_info({table})")}
+        return "" if declared.get(column) else f" AND {column} IS NOT NULL"
+
     def close(self) -> None:
         self.executor.shutdown(wait=True)
         for conn in self.opened:
             conn.close()
 
 
-def _ints(np: Any, text: Optional[bytes], count: int) -> Any:
-    """The ``count`` integers of a ``group_concat``, or None when it holds anything else
-    (NULLs left out, REALs from an overflow, text)."""
-    if not count:
+def _ints(np: Any, text: Optional[bytes], count: Optional[int] = None) -> Any:
+    """The integers of a ``group_concat`` (``count`` of them when given), or None when it
+    holds anything else (NULLs left out, REALs from an overflow, text)."""
+    if text is None and not count:
         return np.zeros(0, dtype=np.int64)
     if text is None or text.translate(None, _DIGITS):
         return None
     values = np.fromstring(text, dtype=np.int64, sep=",")
-    return values if values.size == count else None
+    want = text.count(b",") + 1 if count is None else count
+    return values if values.size == want else None
 
 
 def _need(values: Any) -> Any:
