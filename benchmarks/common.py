@@ -56,6 +56,13 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def peak_rss_kib() -> int:
+    """This process's peak RSS (``VmHWM``). Not ``ru_maxrss``: Linux keeps it across exec, so
+    a child started by a large benchmark process would report its parent's peak."""
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("VmHWM:"))
+
+
 def interleave(sides: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
     """Run each side once per round, in the same order every round (A B A B ...); each call
     returns one measurement. Returns every measurement per side."""
