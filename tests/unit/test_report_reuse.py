@@ -113,6 +113,7 @@ def test_read_cache_keeps_good_reads_only(tmp_path):
     assert got is not None and got.index == 7
     assert (got.ranges, got.marks, got.window) == (good.ranges, good.marks, good.window)
     assert again.get(str(report), "nsys", 7) is None  # another reader
+    assert again.get(str(report), "torch", 7, window_start_ns=5) is None  # another window
     assert again.get(str(tmp_path / "b"), "torch", 4) is None
     (tmp_path / "summary" / CACHE_NAME).write_text("{not json")
     assert ReadCache(summary_dir, str(tmp_path)).get(str(report), "torch", 3) is None

@@ -44,7 +44,8 @@ def export_ahead(output_dir: str, jobs: Optional[int] = None,
             full = paths.inside(output_dir, entry.path)
         except ValueError:
             continue
-        if os.path.isfile(full) and cache.get(full, entry.backend, index) is None:
+        if os.path.isfile(full) and cache.get(full, entry.backend, index,
+                                              entry.window_start_ns) is None:
             wanted.append(full)
     at_once = jobs_for(need("", "nsys", limit).bytes, limit, len(wanted), requested=jobs)
     started = 0

@@ -113,7 +113,7 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
     known: Dict[int, ReportData] = {}
     if cache is not None:
         for i, task in enumerate(tasks):
-            got = cache.get(task.path, task.backend, task.index)
+            got = cache.get(task.path, task.backend, task.index, task.window_start_ns)
             if got is not None:
                 known[i] = got
                 progress.advance(os.path.basename(task.path))
@@ -142,7 +142,7 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
             progress.advance(os.path.basename(tasks[i].path))
     if cache is not None:
         for i in todo:
-            cache.put(tasks[i].path, tasks[i].backend, results[i])
+            cache.put(tasks[i].path, tasks[i].backend, results[i], tasks[i].window_start_ns)
     results.update(known)
     return [results[i] for i in range(len(tasks))]
 

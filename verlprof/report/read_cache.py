@@ -57,15 +57,18 @@ def reader_stamp(backend: str) -> List[Any]:
     return stamp
 
 
-def report_key(path: str, backend: str, stamps: Dict[str, List[Any]]) -> Optional[List[Any]]:
-    """What identifies one read of ``path`` (None when it cannot be stat'ed)."""
+def report_key(path: str, backend: str, stamps: Dict[str, List[Any]],
+               window_start_ns: Optional[int] = None) -> Optional[List[Any]]:
+    """What identifies one read of ``path`` (None when it cannot be stat'ed); the reader's
+    other input, where its window opened (a torch trace without absolute times is placed
+    there), is part of it."""
     try:
         st = os.stat(path)
     except OSError:
         return None
     if backend not in stamps:
         stamps[backend] = reader_stamp(backend)
-    return [backend, st.st_size, st.st_mtime_ns, stamps[backend]]
+    return [backend, st.st_size, st.st_mtime_ns, stamps[backend], window_start_ns]
 
 
 class ReadCache:
@@ -78,7 +81,7 @@ class ReadCache:
         self._stamps: Dict[str, List[Any]] = {}
         self._old: Dict[str, Any] = {}
         self._new: Dict[str, Any] = {}
-        self._keys: Dict[Tuple[str, str], Optional[List[Any]]] = {}
+        self._keys: Dict[Tuple[str, str, Optional[int]], Optional[List[Any]]] = {}
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             with open(self.path, encoding="utf-8") as handle:
                 found = json.load(handle)
@@ -88,15 +91,17 @@ class ReadCache:
     def _name(self, path: str) -> str:
         return os.path.relpath(os.path.realpath(path), self.root)
 
-    def _key(self, path: str, backend: str) -> Optional[List[Any]]:
-        known = (self._name(path), backend)
+    def _key(self, path: str, backend: str, window_start_ns: Optional[int]
+             ) -> Optional[List[Any]]:
+        known = (self._name(path), backend, window_start_ns)
         if known not in self._keys:
-            self._keys[known] = report_key(path, backend, self._stamps)
+            self._keys[known] = report_key(path, backend, self._stamps, window_start_ns)
         return self._keys[known]
 
-    def get(self, path: str, backend: str, index: int) -> Optional[ReportData]:
+    def get(self, path: str, backend: str, index: int,
+            window_start_ns: Optional[int] = None) -> Optional[ReportData]:
         """What was read from ``path`` before, for entry ``index``; None when not known."""
-        key = self._key(path, backend)
+        key = self._key(path, backend, window_start_ns)
         got = self._old.get(self._name(path))
         if key is None or not isinstance(got, dict) or got.get("key") != key:
             return None
@@ -107,9 +112,10 @@ class ReadCache:
         self._new[self._name(path)] = got
         return data
 
-    def put(self, path: str, backend: str, data: ReportData) -> None:
+    def put(self, path: str, backend: str, data: ReportData,
+            window_start_ns: Optional[int] = None) -> None:
         """Remember a good read of ``path``."""
-        key = self._key(path, backend)
+        key = self._key(path, backend, window_start_ns)
         if key is not None and not data.error:
             self._new[self._name(path)] = dict(_encode(data), key=key)
 
