@@ -49,27 +49,32 @@ def test_p1_peer_unavailable_is_a_line_not_an_error(monkeypatch):
 def test_p2_result_from_times():
     times = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
     idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
-    ratio, growth = p2_fanout._result(times, [idle] * 32, (8, 16, 32))
+    ratio, growth = p2_fanout._result([times], [idle] * 32)
     assert ratio.ratio == pytest.approx(1.2) and ratio.verdict == "PASS"
     assert growth.ratio == pytest.approx(1.0) and growth.verdict == "PASS"
 
 
 def test_p2_has_a_ratio_and_a_growth_row_at_32_and_64():
-    times = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
-    times[64] = {"verlprof": [2e6 * 64] * 3, "bare": [1e6 * 64] * 3}
+    first = {n: {"verlprof": [1.2e6 * n] * 3, "bare": [1e6 * n] * 3} for n in (8, 16, 32)}
+    then = {8: {"verlprof": [1.0e6 * 8] * 3, "bare": [1e6 * 8] * 3},
+            64: {"verlprof": [2e6 * 64] * 3, "bare": [1e6 * 64] * 3}}
     idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
-    rows = p2_fanout._result(times, [idle] * 120, (8, 16, 32, 64))
+    rows = p2_fanout._result([first, then], [idle] * 72)
     assert [r.metric.split(",")[-1].split(" (")[0] for r in rows] == [
         " N=32", "P2 growth: ratio at N=32 / ratio at N=8", " N=64",
         "P2 growth: ratio at N=64 / ratio at N=8"]
     assert [r.verdict for r in rows] == ["PASS", "PASS", "MISS", "MISS"]
-    assert rows[3].ratio == pytest.approx(2.0 / 1.2)
+    assert rows[1].ratio == pytest.approx(1.0) and rows[3].ratio == pytest.approx(2.0)
 
 
 @pytest.mark.integration
-def test_p2_runs_on_real_ray_at_tiny_size():
-    results = p2_fanout.run(sizes=(1, 2), rounds=2, log=lambda _: None)
-    assert [r.ratio is not None for r in results] == [True, True]
+def test_p2_runs_on_real_ray_at_tiny_size(monkeypatch):
+    # N=3 comes after N=1 and 2 and takes over the pool of N=2 plus one fresh actor
+    monkeypatch.setattr(p2_fanout, "SHARED_ABOVE", 2)
+    results = p2_fanout.run(sizes=(1, 2, 3), rounds=2, log=lambda _: None)
+    assert [r.metric.split(" (")[0][-3:] for r in results] == ["N=2", "N=1", "N=3", "N=1"]
+    assert all(r.ratio is not None for r in results)
+    assert "4 actors, every start stopped (left armed: 0)" in results[0].details
 
 
 def _run(on, wall, rss=100_000):
