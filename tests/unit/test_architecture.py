@@ -58,6 +58,7 @@ LAZY_ALLOWED = {
     "verlprof.report.summary",  # Pillow only when a picture is drawn
     "verlprof.backends",  # PEP 562: a backend's module when it is asked for
     "verlprof.backends.nsys.backend",  # `verlprof report` reads: no config schema, no ctypes
+    "verlprof.report.ahead",  # the nsys CLI module only when there is something to export
     "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
 }
 """Modules allowed an import of verlprof inside a function; each is an entry point or a lazy

@@ -17,8 +17,6 @@ import os
 from typing import Optional
 
 from verlprof import paths
-from verlprof.backends.nsys.cli import export_ahead as start_export
-from verlprof.backends.nsys.cli import sqlite_path_for
 from verlprof.manifest import STATUS_INCOMPLETE, STATUS_OK, Manifest, read_manifest
 from verlprof.report.budget import budget_bytes, jobs_for, need
 from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S
@@ -47,6 +45,11 @@ def export_ahead(output_dir: str, jobs: Optional[int] = None,
         if os.path.isfile(full) and cache.get(full, entry.backend, index,
                                               entry.window_start_ns) is None:
             wanted.append(full)
+    if not wanted:  # nothing to export: spare the nsys CLI module's import (a warm run)
+        return manifest
+    from verlprof.backends.nsys.cli import export_ahead as start_export
+    from verlprof.backends.nsys.cli import sqlite_path_for
+
     at_once = jobs_for(need("", "nsys", limit).bytes, limit, len(wanted), requested=jobs)
     started = 0
     for full in wanted:
