@@ -10,6 +10,7 @@ and ``verlprof report`` reading it all.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -134,6 +135,35 @@ def test_torch_profiler_through_verl_classes(ray_four_cpus, tmp_path):
     assert ("global_pool", 1, "actor", "update_actor") in phases
 
 
+def test_rocprof_sys_output_is_gathered_at_fits_end(ray_four_cpus, tmp_path):
+    """verl kills its workers at shutdown, so rocprof-sys (which writes at exit) would leave
+    nothing: at fit's end the bridge ends the planned processes and gathers their output."""
+    fake = os.path.join(os.path.dirname(__file__), "apps", "fake_rocprof_sys_python.sh")
+    plan, result = _run(tmp_path, ["global_profiler.tool=rocprof_sys",
+                                   f"+trainer.profiler.rocprof_sys.executable={fake}"])
+    manifest = result["manifest"]
+    # the manifest finish() returned is already the rewritten one: every window ok
+    assert [(e["status"], e["reason"]) for e in manifest["reports"]] == \
+        [("ok", None)] * len(plan.reports) == [("ok", None)] * 4
+    # the planned processes (both ranks of the fused pool) were ended; the reward pool's not
+    assert result["status"]["global_pool"] == [{"ended": True}] * GLOBAL_RANKS
+    assert [s.get("ended") for s in result["status"]["reward_pool"]] == [None]
+    assert not result["problems"]
+    pids = {(p["group"], p["rank"]): p["pid"] for p in manifest["processes"]}
+    for entry in manifest["reports"]:
+        pid = pids[(entry["group"], entry["rank"])]
+        folder = os.path.join(str(tmp_path), entry["path"])
+        # the process's own files, every window it traced with every fused role's phases
+        names = sorted(os.listdir(folder))
+        assert names and all(n.endswith((f"-{pid}.json", f"-{pid}.proto", f"-{pid}.txt"))
+                             for n in names)
+        wall = next(n for n in names if n.endswith(f"wall-clock-{pid}.json"))
+        with open(os.path.join(folder, wall)) as handle:
+            traced = json.load(handle)
+        assert len(traced["windows"]) == 2
+        assert all(set(w["regions"]) >= ROLES_PHASES for w in traced["windows"])
+
+
 def test_verl_workers_unchanged_without_the_bridge():
     """The same worker classes, with verlprof installed but not switched on, build verl's own
     profiler implementation; switched on, verlprof's."""
@@ -163,8 +193,6 @@ def test_launcher_wraps_verl_run_ppo(ray_four_cpus, tmp_path):
     step list is cleared (verl wraps and starts nothing itself), the TaskRunner runs under nsys
     with the bridge attached, and its capture is bounded to the profiled steps."""
     require_nsys()
-    import json
-
     from verl.trainer import main_ppo
 
     from tests.integration.apps.verl_app import ProbeTaskRunner

@@ -97,11 +97,17 @@ class VerlTaskRunner:
                 actor.update_actor(step)
                 trainer._stop_profiling(step in steps)
         manifest = bridge.finish()
-        status = {}
+        status: Dict[str, List[Any]] = {}
         for name, pool in pools.items():
-            replies = ray.get([VerlActor(h).verlprof_status.remote() for h in pool["wg"].workers])
-            status[name] = [{"pid": s.identity.pid, "under_profiler": s.identity.under_profiler,
-                             "configured": s.configured} for s in replies]
+            status[name] = []
+            for handle in pool["wg"].workers:
+                try:
+                    reply = ray.get(VerlActor(handle).verlprof_status.remote(), timeout=60)
+                except ray.exceptions.RayActorError:  # ended at fit's end (rocprof-sys)
+                    status[name].append({"ended": True})
+                    continue
+                status[name].append({"pid": reply.identity.pid, "configured": reply.configured,
+                                     "under_profiler": reply.identity.under_profiler})
         handles: List[Any] = [h for pool in pools.values() for h in pool["wg"].workers]
         ray.wait([h.__ray_terminate__.remote() for h in handles], num_returns=len(handles),
                  timeout=60)

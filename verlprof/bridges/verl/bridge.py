@@ -6,6 +6,11 @@
     trainer.init_workers()           # verl wraps only the planned ranks, registers them
     trainer.fit()                    # _start/_stop_profiling drive controller.step(n)
                                      # fit's end: bridge.finish() -> reports + manifest.json
+
+A tool that writes only when its process exits (rocprof-sys) would lose everything under verl,
+which ends its workers by killing them at ``ray.shutdown()`` (no exit handler runs): at fit's
+end the bridge then ends the profiled worker processes itself, gracefully, and gathers what
+they wrote (``ProfileController.wait_for_profilers``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 from contextlib import AbstractContextManager
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from verlprof.backends import get_backend
 from verlprof.bridges.verl.driver_side import (
     GroupMap,
     VerlActor,
@@ -30,6 +36,8 @@ from verlprof.plan import ProfilePlan, build_plan
 from verlprof.runtime.controller import ProfileController
 
 logger = logging.getLogger("verlprof")
+EXIT_TIMEOUT_S = 120.0
+"""How long fit's end waits for the profiled workers to exit and their tool to write."""
 
 
 def install() -> List[str]:
@@ -56,10 +64,14 @@ class Bridge:
         self.groups = GroupMap(plan)
         self.manifest: Optional[Manifest] = None
         self._open: Optional[Tuple[int, AbstractContextManager]] = None
+        self._planned: List[Any] = []
+        """Handles of the planned worker processes (ended at fit's end when the tool writes
+        at exit)."""
 
     def register(self, group: str, handles: Sequence[Any]) -> None:
         """verl's workers of plan group ``group`` (rank order) are up: configure the planned."""
         self.controller.register_group(group, [VerlActor(h) for h in handles])
+        self._planned += [handles[p.rank] for p in self.plan.processes if p.group == group]
 
     def begin_step(self, step: int) -> None:
         """verl's ``_start_profiling``: enter ``controller.step(step)``."""
@@ -82,9 +94,22 @@ class Bridge:
         if self.manifest is None:
             self.end_step(None)
             self.manifest = self.controller.finalize()
+            if get_backend(self.plan.tool).output_at_exit and self._planned:
+                self.manifest = self._collect_at_exit()
             if active_bridge() is self:
                 set_active_bridge(None)
         return self.manifest
+
+    def _collect_at_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> Manifest:
+        """End the planned worker processes (fit is over; verl would kill them at shutdown)
+        and gather what their tool wrote at exit; the manifest is rewritten with it."""
+        import ray
+
+        ended = [h.__ray_terminate__.remote() for h in self._planned]
+        ray.wait(ended, num_returns=len(ended), timeout=timeout_s)
+        for problem in self.controller.wait_for_profilers(timeout_s):
+            logger.warning("verlprof: %s", problem)
+        return self.controller.finalize()
 
 
 def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[ProfilePlan] = None,
