@@ -3,17 +3,20 @@
 The malformed-file corpus of the loader: a YAML alias bomb (seven nested levels of nine
 aliases, 9^7 values expanded), a file over the size bound, a huge flow list, and the same
 shapes reaching :func:`config_from_dict` as shared dict references or through NeMo RL's
-``NRL_NSYS_EXTRA_OPTIONS``. Each is refused in about a second with one line naming the file,
-key or variable; anchors and aliases of normal size keep working.
+``NRL_NSYS_EXTRA_OPTIONS``. Each is refused with one line naming the file, key or variable,
+and unexpanded: the refusal allocates a few MiB (:data:`PEAK_MIB` at most; expanding an alias
+bomb takes gigabytes). Memory, not time, is what is bounded here: a shared machine can make any
+call slow. Anchors and aliases of normal size keep working.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
+import tracemalloc
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Iterator, List
 
 import pytest
 
@@ -22,6 +25,20 @@ from verlprof.config import nemo_env as ne
 
 ROOT = Path(__file__).resolve().parents[2]
 PPO = ROOT / "trainer_configs" / "ppo_trainer.yaml"
+PEAK_MIB = 64
+"""Memory a refusal may allocate (measured: 23 MiB for the largest, the flow list)."""
+
+
+@contextmanager
+def refused_unexpanded() -> Iterator[None]:
+    """The block may allocate at most :data:`PEAK_MIB` (Python allocations, tracemalloc)."""
+    tracemalloc.start()
+    try:
+        yield
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_MIB, f"{peak:.0f} MiB allocated: expanded?"
 
 
 def alias_bomb(levels: int = 7, width: int = 9) -> str:
@@ -54,13 +71,11 @@ CORPUS: List[tuple[str, Callable[[], str], str]] = [
 
 
 @pytest.mark.parametrize("name, text, fragment", CORPUS, ids=[c[0] for c in CORPUS])
-def test_yaml_refused_within_a_second_naming_the_file(tmp_path, name, text, fragment):
+def test_yaml_refused_unexpanded_naming_the_file(tmp_path, name, text, fragment):
     path = tmp_path / f"{name}.yaml"
     path.write_text(text())
-    started = time.monotonic()
-    with pytest.raises(ConfigError) as info:
+    with refused_unexpanded(), pytest.raises(ConfigError) as info:
         load_config(str(path), env={})
-    assert time.monotonic() - started < 1.5
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"config: {path}") and fragment in message, message
@@ -78,10 +93,9 @@ def test_shared_references_in_a_dict_are_refused_unexpanded():
     node: object = ["x"]
     for _ in range(7):
         node = [node] * 9
-    started = time.monotonic()
-    with pytest.raises(ConfigError, match=r"^config: the config expands to more than 10000"):
+    with refused_unexpanded(), pytest.raises(
+            ConfigError, match=r"^config: the config expands to more than 10000"):
         config_from_dict({"trainer": {}, "critic": {"extra": node}}, env={})
-    assert time.monotonic() - started < 1.0
 
 
 def test_a_shared_reference_used_a_few_times_is_fine():
@@ -98,25 +112,20 @@ def test_a_shared_reference_used_a_few_times_is_fine():
     ("[" * 30_000 + "]" * 30_000, "NRL_NSYS_EXTRA_OPTIONS"),
 ])
 def test_nemo_extra_options_refused_naming_the_variable(value, fragment):
-    started = time.monotonic()
-    with pytest.raises(ConfigError) as info:
+    with refused_unexpanded(), pytest.raises(ConfigError) as info:
         ne.parse_extra_options(value, "NRL_NSYS_EXTRA_OPTIONS")
-    assert time.monotonic() - started < 1.0
     message = str(info.value)
     assert message.startswith("NRL_NSYS_EXTRA_OPTIONS") and fragment in message
     assert "\n" not in message
 
 
-def test_check_on_an_alias_bomb_exits_2_within_2_s_with_one_line(tmp_path):
+def test_check_on_an_alias_bomb_exits_2_with_one_line(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text(alias_bomb())
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from verlprof.cli import main; sys.exit(main())",
          "check", "--config", str(path)], capture_output=True, text=True, timeout=60)
-    elapsed = time.monotonic() - started
     assert done.returncode == 2, done.stderr
-    assert elapsed <= 2.0, elapsed
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "expands to" in lines[0], lines
