@@ -110,7 +110,8 @@ def main(argv: List[str]) -> int:
         quick = args.quick
         if quick and not os.environ.get(p4_scale.SIZES_ENV):
             os.environ[p4_scale.SIZES_ENV] = "1"
-        results += guarded("P4 scale", lambda: p4_scale.run(1 if quick else 3, 1, log=log))
+        results += guarded("P4 scale", lambda: p4_scale.run(1 if quick else 3, 1, log=log,
+                                                             wide_set=not quick))
         results += guarded("P4 GPU", lambda: [p4_gpu.run(
             n=200_000 if quick else p4_gpu.N_BENCH, rounds=1 if quick else 3, log=log)])
     log("")

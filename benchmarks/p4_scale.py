@@ -14,7 +14,9 @@ The reports come from :mod:`benchmarks.p4_sizes` (cached). Per size, interleaved
   reads and the summary files were cached; shown beside it).
 
 Goals: cold <= 1.3x the export; warm <= 0.2x the export; the verlprof process's peak RSS at the
-largest size <= 2x its peak at the smallest. ``VERLPROF_BENCH_P4_SIZES`` picks the sizes:
+largest size <= 2x its peak at the smallest. The same cold measurement runs on issue 14's set,
+K = 16 reports of 200,000 foreign ranges each (:func:`benchmarks.p4_sizes.ensure_wide`), goal
+<= 1.3x. ``VERLPROF_BENCH_P4_SIZES`` picks the sizes:
 ``1,20`` by default; ``1,20,100`` adds the 100 MB set (about 14 minutes to make the first time
 on 2 busy cores, then 2-3 minutes a round: over ``make bench``'s 10 minutes, hence opt-in).
 """
@@ -29,7 +31,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from benchmarks.common import Result, median, ns
 from benchmarks.p4_report import clean, compile_package, export_all, timed
-from benchmarks.p4_sizes import ensure, report_paths
+from benchmarks.p4_sizes import WIDE_RANGES, ensure, ensure_wide, report_paths
 
 SIZES_ENV = "VERLPROF_BENCH_P4_SIZES"
 COLD_GOAL = 1.3
@@ -73,7 +75,10 @@ def report_once(folder: str) -> Tuple[float, int, int]:
 
 
 def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
-    folder = ensure(size_mb, log=log)
+    return measure_folder(ensure(size_mb, log=log), f"{size_mb} MB", rounds, log)
+
+
+def measure_folder(folder: str, label: str, rounds: int, log=print) -> Dict[str, List[float]]:
     reports = report_paths(folder)
     cores = os.cpu_count() or 1
     out: Dict[str, List[float]] = {k: [] for k in ("export", "cold", "warm", "rss", "kids",
@@ -99,43 +104,40 @@ def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
                 out["kids"].append(kids)
     clean(folder)
     mb = sum(os.path.getsize(p) for p in reports) / len(reports) / 1e6
-    log(f"P4 scale {size_mb} MB ({mb:.1f} MB/report): export {median(out['export']):.2f} s, "
-        f"cold {median(out['cold']):.2f} s, warm {median(out['warm']):.2f} s (exports only "
+    log(f"P4 scale {label} ({mb:.1f} MB/report, K={len(reports)}): export "
+        f"{median(out['export']):.2f} s, cold {median(out['cold']):.2f} s, warm "
+        f"{median(out['warm']):.2f} s (exports only "
         f"cached {median(out['exports_only']):.2f} s), peak RSS "
         f"{max(out['rss']) / 1024:.0f} MiB")
     out["mb"] = [mb]
+    out["k"] = [len(reports)]
     return out
 
 
-def run(rounds: int = 3, large_rounds: int = 1, log=print) -> List[Result]:
+def run(rounds: int = 3, large_rounds: int = 1, log=print, wide_set: bool = True
+        ) -> List[Result]:
     compile_package()
     chosen = sizes()
     figures: Dict[int, Dict[str, List[float]]] = {}
     for size in chosen:
         figures[size] = measure(size, large_rounds if size >= 100 else rounds, log=log)
-    return results(figures)
+    return results(figures) + ([wide(rounds, log)] if wide_set else [])
+
+
+def wide(rounds: int, log=print) -> Result:
+    """Issue 14's P4: K = 16 reports of 200,000 foreign ranges each, cold vs the export."""
+    f = measure_folder(ensure_wide(log=log), f"16 x {WIDE_RANGES:,} ranges", rounds, log)
+    export, cold = median(f["export"]), median(f["cold"])
+    return Result(f"P4 K=16 reports of {WIDE_RANGES:,} foreign ranges: verlprof report cold vs "
+                  "nsys export", cold / export, COLD_GOAL, details=_details(f))
 
 
 def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
     out: List[Result] = []
-    cores = os.cpu_count() or 1
     for size, f in figures.items():
         export, cold, warm = median(f["export"]), median(f["cold"]), median(f["warm"])
-        detail = [f"{f['mb'][0]:.1f} MB/report, K=4: nsys export {cores} at a time "
-                  f"{export:.2f} s; verlprof report cold {cold:.2f} s, warm {warm:.2f} s "
-                  f"(rounds {len(f['cold'])})",
-                  f"CPU time (user + sys, children included; robust to other load): export "
-                  f"{median(f['export_cpu']):.2f} s, cold {median(f['cold_cpu']):.2f} s "
-                  f"({median(f['cold_cpu']) / median(f['export_cpu']):.2f}x), warm "
-                  f"{median(f['warm_cpu']):.2f} s",
-                  f"warm with only the exports cached (summary/ deleted, so every report is "
-                  f"read and every file written again): {median(f['exports_only']):.2f} s = "
-                  f"{median(f['exports_only']) / export:.2f}x the export",
-                  f"verlprof process peak RSS {max(f['rss']) / 1024:.0f} MiB cold, "
-                  f"{max(f['warm_rss']) / 1024:.0f} MiB warm; largest child (nsys export) "
-                  f"{max(f['kids']) / 1024:.0f} MiB"]
         out.append(Result(f"P4 {size} MB x 4: verlprof report cold vs nsys export",
-                          cold / export, COLD_GOAL, details=detail))
+                          cold / export, COLD_GOAL, details=_details(f)))
         out.append(Result(f"P4 {size} MB x 4: verlprof report warm vs nsys export",
                           warm / export, WARM_GOAL))
     if len(figures) >= 2:
@@ -143,6 +145,24 @@ def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
         out.append(Result(f"P4 peak RSS of verlprof report, {large} MB / {small} MB reports",
                           max(figures[large]["rss"]) / max(figures[small]["rss"]), RSS_GOAL))
     return out
+
+
+def _details(f: Dict[str, List[float]]) -> List[str]:
+    cores = os.cpu_count() or 1
+    export, cold, warm = median(f["export"]), median(f["cold"]), median(f["warm"])
+    return [f"{f['mb'][0]:.1f} MB/report, K={int(f['k'][0])}: nsys export {cores} at a time "
+            f"{export:.2f} s; verlprof report cold {cold:.2f} s, warm {warm:.2f} s "
+            f"(rounds {len(f['cold'])})",
+            f"CPU time (user + sys, children included; robust to other load): export "
+            f"{median(f['export_cpu']):.2f} s, cold {median(f['cold_cpu']):.2f} s "
+            f"({median(f['cold_cpu']) / median(f['export_cpu']):.2f}x), warm "
+            f"{median(f['warm_cpu']):.2f} s",
+            f"warm with only the exports cached (summary/ deleted, so every report is "
+            f"read and every file written again): {median(f['exports_only']):.2f} s = "
+            f"{median(f['exports_only']) / export:.2f}x the export",
+            f"verlprof process peak RSS {max(f['rss']) / 1024:.0f} MiB cold, "
+            f"{max(f['warm_rss']) / 1024:.0f} MiB warm; largest child (nsys export) "
+            f"{max(f['kids']) / 1024:.0f} MiB"]
 
 
 def run_sizes(selected: Sequence[int], rounds: int, log=print) -> List[Result]:

@@ -11,6 +11,9 @@ reports and their manifest are cached under ``$VERLPROF_BENCH_CACHE`` (default
 
 Generation costs about 2 minutes for the 20 MB set and 10 for the 100 MB set on 2 busy cores
 (the first time only).
+
+:func:`ensure_wide` makes issue 14's set the same way: K = 16 reports (4 ranks x 4 steps), each
+with :data:`WIDE_RANGES` default-domain ranges around the verlprof phases.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 RANGES_PER_MB = 80_000
 """Default-domain ranges per MB of report (200,000 ranges gave 2.1 MB with nsys 2022.4)."""
@@ -33,6 +36,10 @@ RANKS = (0, 1)
 GROUP = "actor_rollout_ref"
 SIZES_MB = (1, 20, 100)
 CACHE_ENV = "VERLPROF_BENCH_CACHE"
+WIDE_RANKS = (0, 1, 2, 3)
+WIDE_STEPS = (1, 2, 3, 4)
+WIDE_RANGES = 200_000
+"""Default-domain ranges per report in the K = 16 set (issue 14: >= 200,000 each)."""
 
 
 def cache_root() -> str:
@@ -40,27 +47,30 @@ def cache_root() -> str:
                                                      "verlprof-bench")
 
 
-def worker_argv(output_prefix: str) -> List[str]:
-    """The launch argv ``verlprof plan`` gives the demo's actor_rollout_ref ranks (2 steps)."""
+def worker_argv(output_prefix: str, steps: Sequence[int] = STEPS) -> List[str]:
+    """The launch argv ``verlprof plan`` gives the demo's actor_rollout_ref ranks (``steps``
+    profiled, one window each)."""
     from benchmarks.common import DEMO_CONFIG
     from verlprof.demo.run import plan_demo
 
     _, plan, _ = plan_demo(DEMO_CONFIG, [
-        "trainer.profiler.output_dir=/tmp/verlprof-bench-plan", "trainer.total_training_steps=2",
-        "trainer.profile_steps=[1,2]", "actor_rollout_ref.actor.profile_ranks=[0,1]"])
+        "trainer.profiler.output_dir=/tmp/verlprof-bench-plan",
+        f"trainer.total_training_steps={max(steps)}",
+        f"trainer.profile_steps=[{','.join(str(s) for s in steps)}]",
+        "actor_rollout_ref.actor.profile_ranks=[0,1]"])
     argv = list(plan.processes[0].launch_argv)
     return [a for a in argv if not a.startswith("--output=")] + [f"--output={output_prefix}"]
 
 
-def child(ranges_per_phase: int) -> None:
-    """Runs under nsys: 2 capture windows, 4 verlprof phases each, short default-domain
-    ranges inside every phase."""
+def child(ranges_per_phase: int, steps: int = len(STEPS)) -> None:
+    """Runs under nsys: ``steps`` capture windows, 4 verlprof phases each, short
+    default-domain ranges inside every phase."""
     import nvtx
 
     from verlprof.backends.nsys.nvtx import capture_close, capture_open, span
 
     push, pop = nvtx.push_range, nvtx.pop_range
-    for step in STEPS:
+    for step in range(1, steps + 1):
         window = capture_open()
         with span(f"step/{step}"):
             for phase in PHASES:
@@ -77,47 +87,59 @@ def reports_dir(size_mb: int) -> str:
 
 def ensure(size_mb: int, log=print) -> str:
     """The output directory (manifest + K = 4 reports) of ``size_mb``, made if not cached."""
+    return _ensure(reports_dir(size_mb), max(1, size_mb * RANGES_PER_MB // len(PHASES)),
+                   RANKS, STEPS, f"~{size_mb} MB", log)
+
+
+def ensure_wide(log=print) -> str:
+    """Issue 14's set: K = 16 reports (4 ranks x 4 steps) of :data:`WIDE_RANGES` default-domain
+    ranges each, made if not cached."""
+    return _ensure(os.path.join(cache_root(), "p4_16x200k"), WIDE_RANGES // len(PHASES),
+                   WIDE_RANKS, WIDE_STEPS, f"{WIDE_RANGES:,} foreign ranges", log)
+
+
+def _ensure(out: str, per_phase: int, ranks: Sequence[int], steps: Sequence[int], what: str,
+            log) -> str:
     from verlprof.backends.nsys.reports import wait_for_reports
 
-    out = reports_dir(size_mb)
     if os.path.isfile(os.path.join(out, "manifest.json")):
         return out
     began = time.monotonic()
     tmp = out + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    per_phase = max(1, size_mb * RANGES_PER_MB // len(PHASES))
     env = dict(os.environ, NSYS_NVTX_PROFILER_REGISTER_ONLY="0")
     procs = []
-    for rank in RANKS:
+    for rank in ranks:
         raw = os.path.join(tmp, ".raw", f"rank{rank}")
         os.makedirs(raw, exist_ok=True)
-        argv = worker_argv(os.path.join(raw, f"{GROUP}_rank{rank}_%p")) + [
-            sys.executable, "-m", "benchmarks.p4_sizes", "--child", str(per_phase)]
+        argv = worker_argv(os.path.join(raw, f"{GROUP}_rank{rank}_%p"), steps) + [
+            sys.executable, "-m", "benchmarks.p4_sizes", "--child", str(per_phase),
+            str(len(steps))]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, cwd=_root()))
     for proc in procs:
         proc.wait(timeout=1800)
     entries = []
-    for rank in RANKS:
+    for rank in ranks:
         # nsys' agent may still be importing when `nsys profile` returns (100 MB: minutes):
         # wait as verlprof's collection does, judging the files
         pattern = os.path.join(tmp, ".raw", f"rank{rank}", "*.nsys-rep")
-        wait_for_reports([pattern], expected_count=len(STEPS), timeout_s=1800, poll_s=2.0)
+        wait_for_reports([pattern], expected_count=len(steps), timeout_s=1800, poll_s=2.0)
         found = sorted(glob.glob(pattern), key=os.path.getmtime)
-        if len(found) != len(STEPS):
+        if len(found) != len(steps):
             raise RuntimeError(f"P4 sizes: rank {rank} wrote {len(found)} reports, expected "
-                               f"{len(STEPS)}")
-        for step, path in zip(STEPS, found):
+                               f"{len(steps)}")
+        for step, path in zip(steps, found):
             rel = os.path.join(f"step{step:04d}", GROUP, f"rank{rank}",
                                f"{GROUP}_step{step}_rank{rank}.nsys-rep")
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
             os.replace(path, os.path.join(tmp, rel))
             entries.append(_entry(step, rank, rel, os.path.getsize(os.path.join(tmp, rel))))
     shutil.rmtree(os.path.join(tmp, ".raw"), ignore_errors=True)
-    _write_manifest(tmp, out, entries)
+    _write_manifest(tmp, out, entries, steps, len(ranks))
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
-    log(f"P4 sizes: made {len(entries)} reports of ~{size_mb} MB in {out} "
+    log(f"P4 sizes: made {len(entries)} reports of {what} in {out} "
         f"({time.monotonic() - began:.0f} s)")
     return out
 
@@ -128,13 +150,14 @@ def _entry(step: int, rank: int, rel: str, size: int) -> Dict:
             "roles": ["actor", "rollout", "ref"]}
 
 
-def _write_manifest(folder: str, out: str, entries: List[Dict]) -> None:
+def _write_manifest(folder: str, out: str, entries: List[Dict], steps: Sequence[int],
+                    ranks: int) -> None:
     from verlprof.manifest import Manifest, ReportEntry, write_manifest
 
     reports = tuple(ReportEntry(**{**e, "steps": tuple(e["steps"]), "roles": tuple(e["roles"])})
                     for e in entries)
-    write_manifest(Manifest(tool="nsys", output_dir=out, step_windows=((1,), (2,)),
-                            reports=reports, groups={GROUP: len(RANKS)}), folder)
+    write_manifest(Manifest(tool="nsys", output_dir=out, step_windows=tuple((s,) for s in steps),
+                            reports=reports, groups={GROUP: ranks}), folder)
 
 
 def _root() -> str:
@@ -148,8 +171,8 @@ def report_paths(out: str) -> List[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child(int(sys.argv[2]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--child":
+        child(int(sys.argv[2]), *[int(a) for a in sys.argv[3:]])
     else:
         for mb in [int(a) for a in sys.argv[1:]] or SIZES_MB:
             print(ensure(mb))

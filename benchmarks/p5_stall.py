@@ -178,17 +178,17 @@ def run(log=print) -> List[Result]:
     work = tempfile.mkdtemp(prefix="verlprof-bench-p5-")
     results: List[Result] = []
     try:
-        floors: Dict[bool, Dict[str, float]] = {}
         for controller_nsys in (False, True):
             for discrete in (False, True):
                 out = os.path.join(work, f"c{int(controller_nsys)}d{int(discrete)}")
                 plan = make_plan(out, discrete, controller_nsys)
-                if controller_nsys not in floors:
-                    floors[controller_nsys] = _floor(plan, controller_nsys, work, log)
+                # measured right before each run: nsys' stop time follows the machine's load,
+                # which drifts over the minutes the four runs take
+                floor = _floor(plan, controller_nsys, out + "-floor", log)
                 runner = ray.remote(num_cpus=0)(run_loop).options(
                     **controller_options(plan))
                 got = ray.get(runner.remote(plan.to_dict()), timeout=600)
-                results.append(_result(got, floors[controller_nsys], discrete, controller_nsys,
+                results.append(_result(got, floor, discrete, controller_nsys,
                                        window_check(plan.output_dir, got["manifest"])))
                 log(results[-1].line())
     finally:

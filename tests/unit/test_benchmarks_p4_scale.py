@@ -10,7 +10,7 @@ def figures(export, cold, warm, rss_kib):
     return {"export": [export], "cold": [cold], "warm": [warm], "rss": [rss_kib],
             "kids": [30_000], "warm_rss": [rss_kib], "export_cpu": [export],
             "cold_cpu": [cold], "warm_cpu": [warm], "exports_only": [warm * 3],
-            "exports_only_cpu": [warm * 3], "mb": [1.0]}
+            "exports_only_cpu": [warm * 3], "mb": [1.0], "k": [4]}
 
 
 def test_rows_and_verdicts():
