@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK_DIR = os.path.join(ROOT, "benchmarks", ".work")
@@ -146,13 +146,14 @@ def python() -> str:
     return sys.executable
 
 
-def run_standalone(run: Callable[[], Result]) -> None:
-    """``python -m benchmarks.<metric>``: one metric on its own Ray cluster, printed."""
+def run_standalone(run: Callable[[], Union[Result, Sequence[Result]]]) -> None:
+    """``python -m benchmarks.<metric>``: one metric's rows on its own Ray cluster, printed."""
     import ray
 
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
-        res = run()
+        got = run()
     finally:
         ray.shutdown()
-    print(res.line(), *res.details, sep="\n  ")
+    for res in [got] if isinstance(got, Result) else got:
+        print(res.line(), *res.details, sep="\n  ")

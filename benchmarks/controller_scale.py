@@ -22,7 +22,7 @@ import time
 import tracemalloc
 from typing import Any, Dict, List, Tuple
 
-from benchmarks.common import ROOT, Result, median, peak_rss_kib
+from benchmarks.common import ROOT, Result, median, peak_rss_kib, run_standalone
 
 SIZES = (1024, 8192)
 STEPS = 3
@@ -244,11 +244,4 @@ if __name__ == "__main__":
     elif len(sys.argv) >= 3 and sys.argv[1] == "--child":
         print(json.dumps(child(int(sys.argv[2]), finalize="--no-finalize" not in sys.argv)))
     else:
-        import ray
-
-        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        try:
-            for result in run():
-                print(result.line(), *result.details, sep="\n  ")
-        finally:
-            ray.shutdown()
+        run_standalone(run)

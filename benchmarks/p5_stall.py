@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
-from benchmarks.common import DEMO_CONFIG, ROOT, Result, median
+from benchmarks.common import DEMO_CONFIG, ROOT, Result, median, run_standalone
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
 STEP_S = 0.02
@@ -248,11 +248,4 @@ def _result(got: Dict[str, Any], floors: Dict[str, float], discrete: bool,
 
 
 if __name__ == "__main__":
-    import ray
-
-    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        for row in run():
-            print(row.line(), *row.details, sep="\n  ")
-    finally:
-        ray.shutdown()
+    run_standalone(run)
