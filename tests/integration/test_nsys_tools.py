@@ -381,6 +381,34 @@ def test_cuda_readers_on_2022_4_schema(one_window, tmp_path):
         "Host-to-Device", 4096, "Pageable", "Device", 4242)
 
 
+def test_page_decoder_reads_a_real_export_as_sqlite_does(one_window):
+    """Every table of an export written by nsys' own SQLite: each integer column decoded
+    from the pages equals SQLite's reading; what it cannot decode exactly is refused."""
+    from verlprof.backends.nsys.sqlite_pages import NotPlain, read_columns
+
+    sq = export_sqlite(one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep")
+    con = sqlite3.connect(f"file:{sq}?mode=ro", uri=True)
+    decoded = refused = 0
+    for (table,) in con.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"):
+        plain = [c for _, c, _, _, _, pk in con.execute(f"PRAGMA table_info({table})")
+                 if not pk and not con.execute(f"SELECT 1 FROM {table} WHERE typeof({c}) "
+                                               "NOT IN ('integer', 'null') LIMIT 1").fetchone()]
+        if not plain:
+            continue
+        try:
+            got = read_columns(con, str(sq), table, plain, pages_per_chunk=3)
+        except NotPlain:
+            refused += 1
+            continue
+        want = con.execute(f"SELECT {', '.join(plain)} FROM {table} ORDER BY rowid").fetchall()
+        rows = [] if got is None else list(zip(*[
+            [None if null else int(v) for v, null in zip(values, nulls)]
+            for values, nulls in zip(got.values, got.nulls)]))
+        assert rows == want, table
+        decoded += bool(want)
+    assert decoded >= 3 and refused <= 2  # NVTX_EVENTS, threads, processes...
+
+
 # --------------------------------------------------------------------------- waiting edges
 
 

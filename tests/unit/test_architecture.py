@@ -60,6 +60,7 @@ LAZY_ALLOWED = {
     "verlprof.backends.nsys.backend",  # `verlprof report` reads: no config schema, no ctypes
     "verlprof.report.ahead",  # the nsys CLI module only when there is something to export
     "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
+    "verlprof.backends.nsys.gpu_sql",  # numpy and the page decoder only for large GPU tables
 }
 """Modules allowed an import of verlprof inside a function; each is an entry point or a lazy
 loader for import cost, never a way around a cycle (the stage rule above still holds)."""

@@ -161,7 +161,7 @@ def test_phases_without_gpu_rows_and_no_phases(tmp_path):
 
 # --- the numpy path (gpu_numpy) against the SQL path, on the same files ---------------------
 
-def both_paths(path: str, monkeypatch, chunks=(7, 64, 1000, gpu_numpy.CHUNK_ROWS),
+def both_paths(path: str, monkeypatch, chunks=(4096, 3 * 4096, 64 * 4096, gpu_numpy.CHUNK_BYTES),
                fallback_ok: bool = False) -> GpuTotals:
     """The SQL path's totals, after checking that the numpy path gives the same ones at each
     chunk size (and really ran: the SQL path is made to fail while it is expected not to)."""
@@ -173,8 +173,8 @@ def both_paths(path: str, monkeypatch, chunks=(7, 64, 1000, gpu_numpy.CHUNK_ROWS
             with monkeypatch.context() as patch:
                 if not fallback_ok:
                     patch.setattr(gpu_sql, "_sql_totals", _no_sql)
-                got = gpu_totals(conn, tables, spans, fast_min_rows=0, chunk_rows=rows)
-            assert got == want, f"chunk_rows={rows}"
+                got = gpu_totals(conn, tables, spans, fast_min_rows=0, chunk_bytes=rows)
+            assert got == want, f"chunk_bytes={rows}"
     return want
 
 
@@ -233,10 +233,10 @@ def test_numpy_path_without_runtime_rows_or_threads(tmp_path, monkeypatch):
     path = p4_gpu.build(str(tmp_path / "bare.sqlite"), 2000)
     with sqlite3.connect(path) as conn:
         conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN globalTid")
-    both_paths(path, monkeypatch, chunks=(5, 1000))
+    both_paths(path, monkeypatch, chunks=(4096, 64 * 4096))
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
-    assert any(n for n, _ in both_paths(path, monkeypatch, chunks=(5, 1000)).kernels)
+    assert any(n for n, _ in both_paths(path, monkeypatch, chunks=(4096, 64 * 4096)).kernels)
 
 
 def test_the_sql_path_takes_over_when_the_map_would_not_fit(synthetic, tmp_path, monkeypatch):
@@ -249,7 +249,7 @@ def test_the_sql_path_takes_over_when_the_map_would_not_fit(synthetic, tmp_path,
 
     monkeypatch.setattr(gpu_sql, "_sql_totals", counted)
     monkeypatch.setattr(gpu_numpy, "MAP_BYTES", 4096)  # fewer ids than the report's calls
-    both_paths(synthetic, monkeypatch, chunks=(1000,), fallback_ok=True)
+    both_paths(synthetic, monkeypatch, chunks=(64 * 4096,), fallback_ok=True)
     assert len(calls) == 2  # the reference and the fallback
     monkeypatch.setattr(gpu_numpy, "MAP_BYTES", 1 << 20)
     copy = str(tmp_path / "negative.sqlite")
@@ -260,5 +260,5 @@ def test_the_sql_path_takes_over_when_the_map_would_not_fit(synthetic, tmp_path,
         conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = -5 "
                      "WHERE rowid = 2000")
     del calls[:]
-    both_paths(copy, monkeypatch, chunks=(1000,), fallback_ok=True)
+    both_paths(copy, monkeypatch, chunks=(64 * 4096,), fallback_ok=True)
     assert len(calls) == 2

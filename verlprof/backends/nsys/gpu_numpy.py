@@ -1,51 +1,43 @@
-"""GPU time per phase with numpy: SQLite streams compact text, numpy maps and sums.
+"""GPU time per phase with numpy, on columns decoded from the export's pages.
 
 The rule is :mod:`~verlprof.backends.nsys.gpu_plan`'s, computed as the SQL path of
-:mod:`~verlprof.backends.nsys.gpu_sql` computes it, to the same totals; this path is about 3x
-faster on millions of kernels, because the SQL path's per-row B-tree work (a temporary row per
-runtime call, a lookup and an upsert per kernel) becomes array work here.
+:mod:`~verlprof.backends.nsys.gpu_sql` computes it, to the same totals. The SQL path pays
+SQLite's per-row B-tree work (a temporary row per runtime call, a lookup and an upsert per
+kernel); here the columns come out of the database file's pages as arrays
+(:mod:`~verlprof.backends.nsys.sqlite_pages`) and everything else is array work.
 
-How, in chunks of ``chunk_rows`` rowids (so memory does not grow with the report):
+How, in chunks of :data:`CHUNK_BYTES` of leaf pages (so memory does not grow with the report):
 
-1. The runtime table, in rowid order: one query per chunk returns
-   ``group_concat(correlationId)`` and ``group_concat((start - base) * W + thread code)`` (one
-   aggregate less than two columns; the code is 0 unknown thread, 1 another one, 2.. a phase's
-   thread). numpy parses both (``np.fromstring``), computes each call's key (slot by
-   ``searchsorted`` on the phase bounds) and writes it into a dense array indexed by
-   correlationId, chunk after chunk, so the last row of a duplicate id wins, as in the SQL path.
-2. Each event table: ``correlationId``, ``start - base`` and ``end - start`` per chunk; the key
-   is the launching call's, else the event's own slot with class 0; ``np.bincount`` sums
-   durations and counts per key.
+1. The runtime table, in rowid order: each call's key (slot by ``searchsorted`` on the phase
+   bounds, class by its thread) is written into a dense array indexed by correlationId, chunk
+   after chunk, so the last row of a duplicate id wins, as in the SQL path.
+2. Each event table: the key is the launching call's, else the event's own slot with class 0;
+   ``np.bincount`` sums durations and counts per key.
 
-Two threads run the chunks, each on its own read-only connection (sqlite3 releases the GIL
-while SQLite steps). Whatever this path cannot do exactly raises :class:`Unfit` inside and
-gives None: the caller then runs the SQL path. That is: a dense map larger than
-``map_bytes`` (correlationIds too large or sparse), negative correlationIds, a value that is
-not an integer or overflows (SQLite makes it a REAL, whose text does not parse), an export
-that is not a file.
+Two threads decode the chunks (numpy releases the GIL in its loops). Whatever this path
+cannot do exactly gives None and the caller runs the SQL path: a dense map larger than
+``map_bytes`` (correlationIds too large or sparse), a negative correlationId, a table that
+:class:`~verlprof.backends.nsys.sqlite_pages.TablePages` cannot decode (a REAL where an integer
+belongs, WAL mode, ...), an export that is not a file.
 """
 
 from __future__ import annotations
 
 import collections
-import queue
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from verlprof.backends.nsys.gpu_plan import RUNTIME_TABLE, Plan
+import numpy as np
 
-CHUNK_ROWS = 1 << 17
-"""Rows per query: each in-flight chunk holds about 150 bytes per row (text and arrays)."""
+from verlprof.backends.nsys.gpu_plan import RUNTIME_TABLE, Acc, Plan
+from verlprof.backends.nsys.sqlite_pages import Chunk, NotPlain, TablePages
+
+CHUNK_BYTES = 2 << 20
+"""Leaf pages per chunk, in bytes: a chunk's arrays take about 10x that while decoded."""
 MAP_BYTES = 48 << 20
 """Largest correlationId -> key map (2 or 4 bytes per id up to the largest id)."""
-SCAN_CACHE_KIB = 1024
-"""Page cache of each scanning connection: chunks are read once, in rowid order."""
 THREADS = 2
-
-Acc = Dict[int, Tuple[int, int]]
-_DIGITS = b"0123456789,-"
 
 
 class Unfit(Exception):
@@ -54,79 +46,77 @@ class Unfit(Exception):
 
 def numpy_totals(conn: sqlite3.Connection, plan: Plan, events: List[Tuple[str, bool]],
                  runtime_thread: Optional[str], launch: bool,
-                 chunk_rows: int = CHUNK_ROWS, map_bytes: Optional[int] = None
+                 chunk_bytes: int = CHUNK_BYTES, map_bytes: Optional[int] = None
                  ) -> Optional[Dict[str, Acc]]:
     """``table -> {key: (ns, count)}`` for each ``(table, has correlationId)`` in ``events``,
     or None when this path cannot give them exactly (see the module doc). ``launch``: the
     runtime table can be used; ``runtime_thread``: its thread column, or None;
     ``map_bytes``: the map's bound (None: :data:`MAP_BYTES`)."""
-    import numpy  # here, not at import: only reports with many GPU rows pay for it
-
     map_bytes = MAP_BYTES if map_bytes is None else map_bytes
-    if launch and _last_rowid(conn, RUNTIME_TABLE) * 2 > map_bytes:
-        return None  # more calls than the map can hold ids (at 2 bytes each): don't start
-
     path = _main_file(conn)
     if path is None:
         return None
-    pool = _Pool(path)
+    began = not conn.in_transaction
+    if began:  # a shared lock for the whole read: no writer changes the file meanwhile
+        conn.execute("BEGIN")
     try:
-        calc = _Calc(numpy, plan)
-        keys = calc.launch_map(pool, runtime_thread, chunk_rows, map_bytes) if launch \
-            else None
-        return {table: calc.event_totals(pool, table, keys if has_cid else None, chunk_rows)
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        calc = _Calc(plan, chunk_bytes)
+        keys = calc.launch_map(conn, path, runtime_thread, map_bytes) if launch else None
+        return {table: calc.event_totals(conn, path, table, keys if has_cid else None)
                 for table, has_cid in events}
-    except Unfit:
+    except (Unfit, NotPlain):
         return None
     finally:
-        pool.close()
+        if began:
+            conn.execute("ROLLBACK")
 
 
 class _Calc:
     """The per-chunk work, on numpy arrays."""
 
-    def __init__(self, np: Any, plan: Plan) -> None:
-        self.np = np
+    def __init__(self, plan: Plan, chunk_bytes: int) -> None:
         self.plan = plan
-        self.base = int(plan.bounds[0])
-        self.bounds = np.array([b - self.base for b in plan.bounds], dtype=np.int64)
+        self.chunk_bytes = chunk_bytes
+        self.bounds = np.array(plan.bounds, dtype=np.int64)
         self.width = plan.width
-        t = len(plan.threads)
-        # thread code -> class: 0 unknown -> 0, 1 another thread -> T+1, i+2 -> i+1
-        self.classes = np.array([0, t + 1] + list(range(1, t + 1)), dtype=np.int64)
+        self.threads = np.array(plan.threads, dtype=np.int64)
         self.key_type = np.int16 if plan.keys < (1 << 15) else np.int32
 
-    def code_sql(self, column: Optional[str]) -> str:
-        """SQL for a thread's code: 0 unknown, 1 another thread, i+2 the phases' i-th."""
-        if column is None:
-            return "0"
-        arms = " ".join(f"WHEN {int(t)} THEN {i + 2}" for i, t in enumerate(self.plan.threads))
-        return f"(CASE {column} {arms} ELSE {column} IS NOT NULL END)"
+    def slot(self, start: Any) -> Any:
+        return np.searchsorted(self.bounds, start, side="right")
 
-    def slot(self, rel_start: Any) -> Any:
-        return self.np.searchsorted(self.bounds, rel_start, side="right")
+    def thread_class(self, tid: Any, null: Optional[Any]) -> Any:
+        """0 unknown thread (NULL), i+1 the phases' i-th thread, T+1 another thread."""
+        t = len(self.threads)
+        if not t:
+            found = np.zeros(len(tid), dtype=bool)
+            at = found.astype(np.int64)
+        else:
+            at = np.searchsorted(self.threads, tid)
+            found = self.threads[np.minimum(at, t - 1)] == tid
+        cls = np.where(found, at + 1, t + 1)
+        if null is not None:
+            cls[null] = 0
+        return cls
 
-    def launch_map(self, pool: _Pool, thread: Optional[str], chunk_rows: int,
+    def launch_map(self, conn: sqlite3.Connection, path: str, thread: Optional[str],
                    map_bytes: int) -> Any:
         """Dense ``correlationId -> key`` array, -1 where no runtime row has the id."""
-        np = self.np
-        # no count(*): both values are non-NULL on every row kept, so the two lists align
-        sql = (f"SELECT group_concat(correlationId), group_concat((start - {self.base}) * "
-               f"{self.width} + {self.code_sql(thread)}) FROM {RUNTIME_TABLE} "
-               "WHERE rowid BETWEEN ? AND ? AND correlationId IS NOT NULL"
-               f"{pool.not_null(RUNTIME_TABLE, 'start')}")
+        columns = ["correlationId", "start"] + ([thread] if thread else [])
 
-        def chunk(conn: sqlite3.Connection, lo: int, hi: int) -> Tuple[Any, Any]:
-            cid_text, packed_text = conn.execute(sql, (lo, hi)).fetchone()
-            cid = _need(_ints(np, cid_text))
-            count = len(cid)
-            packed = _need(_ints(np, packed_text, count))
-            rel, code = np.divmod(packed, self.width)
-            del packed
-            key = (self.slot(rel) * self.width + self.classes[code]).astype(self.key_type)
-            if count and int(cid.min()) < 0:
+        def chunk(part: Chunk) -> Tuple[Any, Any]:
+            (cid, start, *tid), (cid_null, start_null, *tid_null) = part.values, part.nulls
+            keep = _not_null(cid_null, start_null)
+            if keep is not None:
+                cid, start = cid[keep], start[keep]
+                tid = [t[keep] for t in tid]
+                tid_null = [n[keep] if n is not None else None for n in tid_null]
+            if len(cid) and int(cid.min()) < 0:
                 raise Unfit("negative correlationId")
-            if count > 1 and not bool(np.all(cid[1:] > cid[:-1])):
+            cls = self.thread_class(tid[0], tid_null[0]) if tid else 0
+            key = (self.slot(start) * self.width + cls).astype(self.key_type)
+            if len(cid) > 1 and not bool(np.all(cid[1:] > cid[:-1])):
                 # duplicates within the chunk: keep each id's last row (rowid order)
                 order = np.argsort(cid, kind="stable")
                 cid, key = cid[order], key[order]
@@ -136,7 +126,7 @@ class _Calc:
 
         size = np.dtype(self.key_type).itemsize
         keys = np.full(0, -1, dtype=self.key_type)
-        for cid, key in pool.ordered(RUNTIME_TABLE, chunk_rows, chunk):
+        for cid, key in self._ordered(conn, path, RUNTIME_TABLE, columns, chunk):
             if not len(cid):
                 continue
             top = int(cid.max()) + 1
@@ -150,73 +140,39 @@ class _Calc:
             keys[cid] = key  # chunks in rowid order: a later row of an id wins
         return keys
 
-    def event_totals(self, pool: _Pool, table: str, keys: Any, chunk_rows: int) -> Acc:
+    def event_totals(self, conn: sqlite3.Connection, path: str, table: str,
+                     keys: Optional[Any]) -> Acc:
         """``key -> (ns, count)`` of ``table``'s events; ``keys``: the launch map, or None
         (each event by its own start)."""
-        np = self.np
-        where = f"FROM {table} WHERE rowid BETWEEN ? AND ?" \
-                f"{pool.not_null(table, 'start')}{pool.not_null(table, 'end')}"
-        # duration and id in one integer (one text value per event, no count(*)): exact
-        # while every id is in 0..2^32-1 (CUPTI's are 32-bit); one that is not, or NULL, gives
-        # 'x', and an overflow a REAL, neither an integer: the chunk is then read plainly
-        packed = f"SELECT group_concat(CASE WHEN correlationId >> 32 = 0 THEN " \
-                 f"(end - start) * 4294967296 + correlationId ELSE 'x' END) {where}"
-        # the chunk's first and last rowids by two seeks (min() and max() would scan it)
-        ends = f"SELECT (SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1), " \
-               f"(SELECT rowid FROM {table} WHERE rowid <= ? ORDER BY rowid DESC LIMIT 1)"
-        cid_sql = "ifnull(correlationId, -1)" if keys is not None else "NULL"
-        plain = f"SELECT group_concat({cid_sql}), group_concat(start - {self.base}), " \
-                f"group_concat(end - start), count(*) {where}"
-        own = f"SELECT group_concat(rowid), group_concat(start - {self.base}) FROM {table} " \
-              "WHERE rowid IN (SELECT value FROM json_each(?))"
+        columns = ["start", "end"] + (["correlationId"] if keys is not None else [])
 
-        def by_own_start(conn: sqlite3.Connection, lo: int, hi: int) -> Tuple[Any, Any]:
-            cid_text, start_text, dur_text, count = conn.execute(plain, (lo, hi)).fetchone()
-            dur = _need(_ints(np, dur_text, count))
-            key = self.slot(_need(_ints(np, start_text, count))) * self.width
+        def chunk(part: Chunk) -> Tuple[Any, Any]:
+            (start, end, *cid), (start_null, end_null, *cid_null) = part.values, part.nulls
+            keep = _not_null(start_null, end_null)
+            if keep is not None:
+                start, end = start[keep], end[keep]
+                cid = [c[keep] for c in cid]
+                cid_null = [n[keep] if n is not None else None for n in cid_null]
+            key = self.slot(start) * self.width
             if keys is not None:
-                cid = _need(_ints(np, cid_text, count))
-                known = (cid >= 0) & (cid < len(keys))
-                launched = np.full(count, -1, dtype=np.int64)
-                launched[known] = keys[cid[known]]
+                ids = cid[0]
+                known = (ids >= 0) & (ids < len(keys))
+                if cid_null[0] is not None:
+                    known &= ~cid_null[0]
+                launched = np.full(len(ids), -1, dtype=np.int64)
+                launched[known] = keys[ids[known]]
                 key = np.where(launched >= 0, launched, key)
-            return key, dur
-
-        def chunk(conn: sqlite3.Connection, lo: int, hi: int) -> Tuple[Any, Any]:
-            if keys is None:
-                return self.sums(*by_own_start(conn, lo, hi))
-            values = _ints(np, conn.execute(packed, (lo, hi)).fetchone()[0])
-            if values is None:  # NULL ids, ids beyond 32 bits, overflow
-                return self.sums(*by_own_start(conn, lo, hi))
-            count = len(values)
-            cid = values & 0xFFFFFFFF
-            dur = values >> 32  # floor: a negative duration decodes as itself
-            del values
-            key = np.full(count, -1, dtype=np.int64)
-            known = cid < len(keys)
-            key[known] = keys[cid[known]]
-            missing = np.flatnonzero(key < 0)  # no runtime row: the event's own start
-            if len(missing):
-                first, last = conn.execute(ends, (lo, hi)).fetchone()
-                if len(missing) * 4 > count or last - first + 1 != count:
-                    return self.sums(*by_own_start(conn, lo, hi))
-                rowids = missing + first  # the chunk's rows are contiguous
-                got_ids, got_start = conn.execute(own, (_json(rowids),)).fetchone()
-                at = np.searchsorted(rowids, _need(_ints(np, got_ids, len(missing))))
-                key[missing[at]] = self.slot(_need(_ints(np, got_start, len(missing)))) \
-                    * self.width
-            return self.sums(key, dur)
+            return self.sums(key, end - start)
 
         total_ns = np.zeros(self.plan.keys, dtype=np.int64)
         total_n = np.zeros(self.plan.keys, dtype=np.int64)
-        for ns, n in pool.ordered(table, chunk_rows, chunk):
+        for ns, n in self._ordered(conn, path, table, columns, chunk):
             total_ns += ns
             total_n += n
         return {int(k): (int(total_ns[k]), int(total_n[k])) for k in np.flatnonzero(total_n)}
 
     def sums(self, key: Any, dur: Any) -> Tuple[Any, Any]:
         """Per key: total of ``max(dur, 0)`` and count."""
-        np = self.np
         dur = np.maximum(dur, 0)
         n = np.bincount(key, minlength=self.plan.keys)
         if len(dur) and int(dur.max()) * len(dur) < (1 << 53):  # float sums stay exact
@@ -226,43 +182,16 @@ class _Calc:
             np.add.at(ns, key, dur)
         return ns, n
 
-
-class _Pool:
-    """Threads with one read-only connection each; chunks run in order, a few at once."""
-
-    def __init__(self, path: str) -> None:
-        self.conns: queue.Queue[sqlite3.Connection] = queue.Queue()
-        self.opened: List[sqlite3.Connection] = []
-        uri = Path(path).resolve().as_uri() + "?mode=ro"
-        for _ in range(THREADS):
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            conn.text_factory = bytes  # the numbers' text, parsed by numpy without decoding
-            conn.execute(f"PRAGMA cache_size = {-SCAN_CACHE_KIB}")
-            self.opened.append(conn)
-            self.conns.put(conn)
-        self.executor = ThreadPoolExecutor(THREADS, thread_name_prefix="verlprof-gpu")
-
-    def ordered(self, table: str, chunk_rows: int,
-                work: Callable[[sqlite3.Connection, int, int], Any]) -> Iterator[Any]:
-        """``work(conn, lo, hi)`` over the table's rowid chunks, results in rowid order;
-        at most two chunks per thread in flight (memory stays bounded)."""
-        first, last = self.opened[0].execute(f"SELECT min(rowid), max(rowid) FROM {table}"
-                                             ).fetchone()
-        if first is None:
-            return
-        starts = iter(range(int(first), int(last) + 1, max(1, chunk_rows)))
+    def _ordered(self, conn: sqlite3.Connection, path: str, table: str,
+                 columns: Sequence[str], work: Callable[[Chunk], Any]) -> Iterator[Any]:
+        """``work`` on each chunk of ``table``, on :data:`THREADS` threads, results in rowid
+        order; at most two chunks per thread in flight (memory stays bounded)."""
+        pages = TablePages(conn, path, table, columns)
         flight: Deque[Future] = collections.deque()
-
-        def run(lo: int) -> Any:
-            conn = self.conns.get()
-            try:
-                return work(conn, lo, lo + chunk_rows - 1)
-            finally:
-                self.conns.put(conn)
-
+        executor = ThreadPoolExecutor(THREADS, thread_name_prefix="verlprof-gpu")
         try:
-            for lo in starts:
-                flight.append(self.executor.submit(run, lo))
+            for part in pages.chunks(max(1, self.chunk_bytes // pages.page_size)):
+                flight.append(executor.submit(lambda p: work(pages.read(p)), part))
                 if len(flight) >= 2 * THREADS:
                     yield flight.popleft().result()
             while flight:
@@ -270,46 +199,16 @@ class _Pool:
         finally:
             for pending in flight:
                 pending.cancel()
-            for pending in flight:
-                if not pending.cancelled():
-                    pending.exception()  # wait: its connection must be idle when closed
-
-    def not_null(self, table: str, column: str) -> str:
-        """`` AND column IS NOT NULL``, unless the table declares the column NOT NULL."""
-        declared = {r[1]: bool(r[3]) for r in self.opened[0].execute(
-            f"PRAGMA table_info({table})")}
-        return "" if declared.get(column) else f" AND {column} IS NOT NULL"
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True)
-        for conn in self.opened:
-            conn.close()
+            executor.shutdown(wait=True)  # the file is closed only when no read is running
+            pages.close()
 
 
-def _ints(np: Any, text: Optional[bytes], count: Optional[int] = None) -> Any:
-    """The integers of a ``group_concat`` (``count`` of them when given), or None when it
-    holds anything else (NULLs left out, REALs from an overflow, text)."""
-    if text is None and not count:
-        return np.zeros(0, dtype=np.int64)
-    if text is None or text.translate(None, _DIGITS):
+def _not_null(*nulls: Optional[Any]) -> Optional[Any]:
+    """Rows where none of the columns is NULL (None: all of them)."""
+    present = [n for n in nulls if n is not None]
+    if not present:
         return None
-    values = np.fromstring(text, dtype=np.int64, sep=",")
-    want = text.count(b",") + 1 if count is None else count
-    return values if values.size == want else None
-
-
-def _need(values: Any) -> Any:
-    if values is None:
-        raise Unfit("not one integer per row")
-    return values
-
-
-def _json(values: Any) -> str:
-    return "[" + ",".join(map(str, values.tolist())) + "]"
-
-
-def _last_rowid(conn: sqlite3.Connection, table: str) -> int:
-    return int(conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0)
+    return ~np.logical_or.reduce(present)
 
 
 def _main_file(conn: sqlite3.Connection) -> Optional[str]:

@@ -22,6 +22,8 @@ RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 Totals = List[Tuple[int, int]]
 """Per phase ``(total ns, count)``."""
+Acc = Dict[int, Tuple[int, int]]
+"""Per key ``(total ns, count)``."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Plan:
         return f"(CASE {column} {arms} ELSE (CASE WHEN {column} IS NULL THEN 0 " \
                f"ELSE {other} END) END)"
 
-    def per_span(self, acc: Dict[int, Tuple[int, int]]) -> Totals:
+    def per_span(self, acc: Acc) -> Totals:
         """Totals per span from ``key -> (ns, count)``."""
         slots = len(self.bounds) + 1
         # prefix[c][j] = totals of class c over slots < j

@@ -29,11 +29,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Dict, List, Optional, Sequence
 
-from verlprof.backends.nsys.gpu_numpy import CHUNK_ROWS, Acc, numpy_totals
 from verlprof.backends.nsys.gpu_plan import (
     KERNEL_TABLE,
     MEMCPY_TABLE,
     RUNTIME_TABLE,
+    Acc,
     GpuTotals,
     Plan,
     Span,
@@ -51,10 +51,10 @@ takes well under a second and the report is spared numpy's import."""
 
 def gpu_totals(conn: sqlite3.Connection, tables: set, spans: Sequence[Span],
                cache_kib: int = DEFAULT_CACHE_KIB, fast_min_rows: Optional[int] = FAST_MIN_ROWS,
-               chunk_rows: int = CHUNK_ROWS) -> GpuTotals:
+               chunk_bytes: Optional[int] = None) -> GpuTotals:
     """Kernel and memcpy ``(ns, count)`` per span, in span order (see the module doc).
     ``fast_min_rows``: from how many kernel and copy rows numpy is tried (None: never);
-    ``chunk_rows``: its rows per query."""
+    ``chunk_bytes``: its chunks of pages (None: its default)."""
     has_k, has_m = KERNEL_TABLE in tables, MEMCPY_TABLE in tables
     if not spans or not (has_k or has_m):
         empty: Totals = []
@@ -66,8 +66,11 @@ def gpu_totals(conn: sqlite3.Connection, tables: set, spans: Sequence[Span],
     thread = "globalTid" if launch and "globalTid" in _columns(conn, RUNTIME_TABLE) else None
     acc: Optional[Dict[str, Acc]] = None
     if events and fast_min_rows is not None and _rows(conn, events) >= fast_min_rows:
-        acc = numpy_totals(conn, plan, [(t, launch and "correlationId" in _columns(conn, t))
-                                        for t in events], thread, launch, chunk_rows)
+        from verlprof.backends.nsys import gpu_numpy  # numpy: only for large GPU tables
+
+        acc = gpu_numpy.numpy_totals(
+            conn, plan, [(t, launch and "correlationId" in _columns(conn, t)) for t in events],
+            thread, launch, chunk_bytes or gpu_numpy.CHUNK_BYTES)
     if acc is None:
         acc = _sql_totals(conn, plan, events, thread, launch, cache_kib)
     out: Dict[str, Totals] = {}
