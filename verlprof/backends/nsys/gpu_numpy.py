@@ -133,7 +133,7 @@ class _Calc:
             if top > len(keys):
                 if top * size > map_bytes:
                     raise Unfit("correlationIds too large for a dense map")
-                grown = np.full(min(max(top, len(keys) * 3 // 2), map_bytes // size), -1,
+                grown = np.full(min(max(top, len(keys) * 2), map_bytes // size), -1,
                                 dtype=self.key_type)
                 grown[:len(keys)] = keys
                 keys = grown
@@ -153,15 +153,17 @@ class _Calc:
                 start, end = start[keep], end[keep]
                 cid = [c[keep] for c in cid]
                 cid_null = [n[keep] if n is not None else None for n in cid_null]
-            key = self.slot(start) * self.width
-            if keys is not None:
-                ids = cid[0]
-                known = (ids >= 0) & (ids < len(keys))
-                if cid_null[0] is not None:
-                    known &= ~cid_null[0]
-                launched = np.full(len(ids), -1, dtype=np.int64)
-                launched[known] = keys[ids[known]]
-                key = np.where(launched >= 0, launched, key)
+            if keys is None or not len(keys):
+                return self.sums(self.slot(start) * self.width, end - start)
+            ids = cid[0]
+            known = (ids >= 0) & (ids < len(keys))
+            if cid_null[0] is not None:
+                known &= ~cid_null[0]
+            key = np.where(known, keys.take(np.clip(ids, 0, len(keys) - 1)), -1)
+            own = np.flatnonzero(key < 0)  # no runtime row: the event's own start
+            if len(own):
+                key = key.astype(np.int64)
+                key[own] = self.slot(start[own]) * self.width
             return self.sums(key, end - start)
 
         total_ns = np.zeros(self.plan.keys, dtype=np.int64)

@@ -38,6 +38,8 @@ _INT_BYTES = (0, 1, 2, 3, 4, 6, 8, 8, 0, 0)
 _SIZES = np.array(_INT_BYTES + (0, 0) + tuple((t - 12) >> 1 for t in range(12, 256)),
                   dtype=np.int64)
 """Bytes of a value by its serial type, for types 0..255 (12 and up: BLOB and TEXT)."""
+_HIGH_BITS = [sum(0x80 << (8 * j) for j in range(k)) for k in range(9)]
+"""Per k, the high bits of the first k bytes of a word read little-endian."""
 _SHIFTS = np.array([8 * (8 - b) if b else 56 for b in _INT_BYTES], dtype=np.int64)
 """Right shift that brings an integer of serial type 0..9 down from 8 bytes read at its
 start (no-byte types shift by 56 and are set apart)."""
@@ -116,24 +118,25 @@ class TablePages:
         record += _varint_length(flat, record)  # past the rowid
         del cell, payload
         head, used = _varint(flat, record)
-        types = self._serial_types(flat, record + used, record + head)
+        kinds = self._serial_types(flat, record + used, record + head)
         body = record + head
         del record, head, used
-        # ahead[j - 1]: bytes of the values before column j (per column a row: contiguous)
-        before = types[:, :max(self.index)].T
-        ahead = np.cumsum(_SIZES.take(before) if before.dtype == np.uint8 else np.where(
-            before < 12, _SIZES.take(np.minimum(before, 11)), (before - 12) >> 1), axis=0)
+        # at[j]: where column j's value starts (after the values before it)
+        at = [body]
+        for kind in kinds[:max(self.index)]:
+            size = _SIZES.take(kind) if kind.dtype == np.uint8 else np.where(
+                kind < 12, _SIZES.take(np.minimum(kind, 11)), (kind - 12) >> 1)
+            at.append(at[-1] + size)
         words = _unaligned(flat, ">i8")
         values, nulls = [], []
         for j in self.index:
-            kind = types[:, j]
+            kind = kinds[j]
             low, high = (int(kind.min()), int(kind.max())) if total else (1, 1)
             if high >= 10 or bool(np.any(kind == 7)):
                 raise NotPlain("a value that is not an integer or NULL")
-            at = body + ahead[j - 1] if j else body
             # 8 bytes from the value's first: it is their top ``size`` bytes, and an
             # arithmetic shift right brings it down sign-extended
-            value = words[at].astype(np.int64)
+            value = words[at[j]].astype(np.int64)
             value >>= _SHIFTS[kind]
             null = None
             if low == 0 or high >= 8:  # NULL, and the constants 0 and 1: no bytes
@@ -190,7 +193,8 @@ class TablePages:
         """The pages' bytes, one after another, then :data:`PAD` zero bytes."""
         ps = self.page_size
         pad = max(PAD, max(self.index, default=0) + 9)
-        flat = np.zeros(len(pages) * ps + pad, dtype=np.uint8)
+        flat = np.empty(len(pages) * ps + pad, dtype=np.uint8)
+        flat[len(pages) * ps:] = 0
         order = pages.tolist()
         i = 0
         while i < len(order):  # runs of consecutive pages: one read each
@@ -204,27 +208,27 @@ class TablePages:
             i = j
         return flat
 
-    def _serial_types(self, flat: Any, at: Any, end: Any) -> Any:
-        """Serial types of columns ``0..max(index)`` of each record, as an (n, k) array."""
+    def _serial_types(self, flat: Any, at: Any, end: Any) -> List[Any]:
+        """Serial types of columns ``0..max(index)`` of each record (``at``: where its types
+        start, ``end``: where its header ends), an array per column."""
         k = max(self.index) + 1
-        if not len(at):
-            return np.zeros((0, k), dtype=np.int64)
-        # one byte per type in the usual case: read the first k bytes as 8-byte words
-        words = -(-k // 8)
-        one_byte = _unaligned(flat, ">u8")[at[:, None] + 8 * np.arange(words)] \
-            .view(np.uint8).reshape(len(at), 8 * words)[:, :k]
-        if not bool(np.any(one_byte >= 0x80)):
-            if bool(np.any(at + k > end)):
-                raise NotPlain("a record holds fewer columns than asked for")
-            return one_byte
-        types = np.empty((len(at), k), dtype=np.int64)
+        if k <= 8:  # the usual case: one byte per type, all in one 8-byte word per record
+            word = _unaligned(flat, ">u8")[at]
+            # the high bit of file byte j is bit 8j + 7 of the word read little-endian
+            if not bool(np.any(word.view("<u8") & _HIGH_BITS[k])):
+                if bool(np.any(at + k > end)):
+                    raise NotPlain("a record holds fewer columns than asked for")
+                grid = word.view(np.uint8).reshape(len(at), 8)
+                return [np.ascontiguousarray(grid[:, j]) for j in range(k)]
+        kinds = []
         pos = at.copy()
-        for j in range(k):
+        for _ in range(k):
             if bool(np.any(pos >= end)):
                 raise NotPlain("a record holds fewer columns than asked for")
-            types[:, j], used = _varint(flat, pos)
+            kind, used = _varint(flat, pos)
+            kinds.append(kind)
             pos = pos + used
-        return types
+        return kinds
 
 
 def _be16(flat: Any, at: Any) -> Any:
