@@ -5,12 +5,15 @@ Every error a user can cause prints one line (``verlprof: <key>: <problem>``) an
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-from verlprof.errors import ConfigError, ProfilingRuntimeError
-from verlprof.safe_text import visible
+if TYPE_CHECKING:
+    import argparse
+
+# argparse, verlprof.errors and verlprof.safe_text load in the functions that use them: a
+# `verlprof report` of an unchanged run prints its kept summary before any of them is needed
+# (verlprof.report.warm)
 
 EXIT_USAGE = 2
 
@@ -34,6 +37,8 @@ docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="verlprof",
         description="Profiling controller for Ray-based RL trainers (verl style): plan which\n"
@@ -93,7 +98,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["report"]:  # an unchanged run's summary, before any heavy import
+        from verlprof.report.warm import replay
+
+        replayed = replay(given[1:])
+        if replayed is not None:
+            return replayed
+    args = _parser().parse_args(given)
+    if args.command == "report":
+        args.replay_argv = given[1:]
+    from verlprof.errors import ConfigError, ProfilingRuntimeError
     from verlprof.runtime.signals import ProfilingTerminated
 
     try:
@@ -113,6 +128,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _one_line(err: BaseException) -> str:
     """The error's own message: one raised in a Ray worker carries a traceback around it.
     It may quote a name or value from the config: shown visibly, never as terminal codes."""
+    from verlprof.errors import ConfigError, ProfilingRuntimeError
+    from verlprof.safe_text import visible
+
     cause = getattr(err, "cause", None)
     if isinstance(cause, (ConfigError, ProfilingRuntimeError)):
         err = cause
@@ -122,6 +140,7 @@ def _one_line(err: BaseException) -> str:
 def _note_existing_run(plan) -> None:
     """What a run would meet in its output directory today (another run, or one going on)."""
     from verlprof.runtime.ownership import POLICY_KEY, inspect
+    from verlprof.safe_text import visible
 
     found = inspect(plan.output_dir) if plan.enabled else None
     if found is None:
@@ -134,6 +153,8 @@ def _note_existing_run(plan) -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from verlprof.safe_text import visible
+
     if args.command in ("plan", "check"):
         from verlprof.config import load_config
         from verlprof.plan import build_plan

@@ -63,6 +63,14 @@ def code_stamp(picture: bool) -> List[Any]:
     return stamp
 
 
+def picture_files() -> List[str]:
+    """The files besides verlprof's own that the pictures depend on: Pillow's version file
+    (when Pillow is found) and every font :mod:`~verlprof.report.timeline_png` may use (one
+    that appears changes the pictures too)."""
+    found = _pillow_version_file()
+    return ([str(found[0])] if found else []) + list(FONT_FILES)
+
+
 def _pillow_version_file() -> Optional[List[Any]]:
     """Path, size and mtime of Pillow's ``_version.py`` (None when Pillow is not found)."""
     from importlib.util import find_spec
