@@ -152,3 +152,21 @@ def test_varints_of_every_length():
     got, length = _varint(flat, at)
     assert got.tolist() == values and length.tolist() == [len(e) for e in encoded]
     assert _varint_length(flat, at).tolist() == [len(e) for e in encoded]
+
+
+@pytest.mark.parametrize("filler", [None, "t" * 100])  # 1-byte serial types, then 2-byte
+def test_wide_records_past_eight_columns(tmp_path, filler):
+    import random
+
+    rng = random.Random(7)
+    names = [f"c{i}" for i in range(20)]
+    path = tmp_path / "wide.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TABLE w (f, {', '.join(names)})")
+    conn.executemany(f"INSERT INTO w VALUES (?{', ?' * 20})",
+                     [(filler, *[rng.choice(EDGES + [None]) for _ in names])
+                      for _ in range(3000)])
+    conn.commit()
+    for columns in (["c19", "c0", "c9", "c8"], ["c6", "c7"], ["c15"]):
+        want = conn.execute(f"SELECT {', '.join(columns)} FROM w ORDER BY rowid").fetchall()
+        assert decoded(conn, path, "w", columns, 3) == want

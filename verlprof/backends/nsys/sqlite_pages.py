@@ -212,14 +212,16 @@ class TablePages:
         """Serial types of columns ``0..max(index)`` of each record (``at``: where its types
         start, ``end``: where its header ends), an array per column."""
         k = max(self.index) + 1
-        if k <= 8:  # the usual case: one byte per type, all in one 8-byte word per record
-            word = _unaligned(flat, ">u8")[at]
-            # the high bit of file byte j is bit 8j + 7 of the word read little-endian
-            if not bool(np.any(word.view("<u8") & _HIGH_BITS[k])):
-                if bool(np.any(at + k > end)):
-                    raise NotPlain("a record holds fewer columns than asked for")
-                grid = word.view(np.uint8).reshape(len(at), 8)
-                return [np.ascontiguousarray(grid[:, j]) for j in range(k)]
+        # the usual case, one byte per type: the k bytes as 8-byte words (one for k <= 8)
+        words = -(-k // 8)
+        word = _unaligned(flat, ">u8")[at[:, None] + 8 * np.arange(words)]
+        # the high bit of file byte j is bit 8j + 7 of a word read little-endian
+        high = [_HIGH_BITS[min(8, k - 8 * w)] for w in range(words)]
+        if not bool(np.any(word.view("<u8") & np.array(high, dtype=np.uint64))):
+            if bool(np.any(at + k > end)):
+                raise NotPlain("a record holds fewer columns than asked for")
+            grid = word.view(np.uint8).reshape(len(at), 8 * words)
+            return [np.ascontiguousarray(grid[:, j]) for j in range(k)]
         kinds = []
         pos = at.copy()
         for _ in range(k):
