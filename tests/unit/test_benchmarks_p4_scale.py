@@ -34,3 +34,10 @@ def test_sizes_from_the_environment(monkeypatch):
     assert p4_scale.sizes() == [1, 20]
     monkeypatch.setenv(p4_scale.SIZES_ENV, "1, 20,100")
     assert p4_scale.sizes() == [1, 20, 100]
+
+
+def test_an_opt_in_size_left_out_is_a_row_that_says_so():
+    (row,) = p4_scale.not_measured([1, 20])
+    assert row.verdict == "N/A" and "100 MB" in row.metric
+    assert f"{p4_scale.SIZES_ENV}=1,20,100" in row.line()
+    assert p4_scale.not_measured([1, 20, 100]) == []
