@@ -17,6 +17,7 @@ no shared filesystem); collection moves each report to its contract path.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Mapping, Sequence
@@ -49,6 +50,7 @@ TEMPLATE_FIELDS = ("component", "step", "rank", "host", "pid")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+@functools.lru_cache(maxsize=4096)  # a plan sanitises the same few names for every report
 def sanitize(name: str) -> str:
     """A single safe path segment: ``[A-Za-z0-9._-]`` only, never ``.``/``..`` or hidden."""
     return _UNSAFE.sub("_", str(name)).strip(".") or "_"
@@ -114,6 +116,9 @@ def inside(output_dir: str, relpath: str) -> str:
 
 
 def _sanitize_keeping_fields(name: str) -> str:
+    if name and not name.startswith(".") and not _UNSAFE.search(
+            name.replace("{host}", "").replace("{pid}", "")):
+        return name  # already safe: the usual case, once per planned report
     parts = re.split(r"(\{host\}|\{pid\})", name)
     cleaned = "".join(p if p in ("{host}", "{pid}") else _UNSAFE.sub("_", p) for p in parts)
     return cleaned.lstrip(".") or "_"

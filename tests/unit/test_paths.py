@@ -48,3 +48,21 @@ def test_resolved_paths_stay_inside_output_dir(host, pid):
 def test_inside_refuses_escape():
     with pytest.raises(ValueError):
         paths.inside("/tmp/out", "../x")
+
+
+def _sanitize_keeping_fields_by_parts(name):
+    """The rule spelled out: every run of unsafe characters outside ``{host}``/``{pid}``
+    becomes ``_``, leading dots go, an empty name becomes ``_``."""
+    import re
+
+    parts = re.split(r"(\{host\}|\{pid\})", name)
+    cleaned = "".join(p if p in ("{host}", "{pid}") else re.sub(r"[^A-Za-z0-9._-]+", "_", p)
+                      for p in parts)
+    return cleaned.lstrip(".") or "_"
+
+
+@given(st.lists(st.one_of(st.sampled_from(["{host}", "{pid}", ".", "..", "a", "_", "-", "7"]),
+                          st.text(max_size=6)), max_size=8))
+def test_a_safe_name_is_kept_as_is_and_any_other_sanitised_by_the_rule(pieces):
+    name = "".join(pieces)
+    assert paths._sanitize_keeping_fields(name) == _sanitize_keeping_fields_by_parts(name)
