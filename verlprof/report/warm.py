@@ -255,7 +255,8 @@ def keep(output_dir: str, wanted: List[Any], text: str, reads: Optional[int],
     tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"format": FORMAT, "entries": entries[:KEEP]}, handle)
+            # dumps, not dump: json.dump streams through the pure-Python encoder (~5x slower)
+            handle.write(json.dumps({"format": FORMAT, "entries": entries[:KEEP]}))
         os.replace(tmp, target)
     except (OSError, ValueError):
         with contextlib.suppress(OSError):
