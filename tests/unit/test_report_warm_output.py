@@ -5,6 +5,7 @@ soon as a report, the manifest, an option, a summary file or the terminal change
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from verlprof.cli import main
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import warm
+from verlprof.report.progress import Progress
 
 T0 = 1_700_000_000_000_000_000
 
@@ -138,9 +140,17 @@ def test_only_plainly_written_arguments_are_replayed(argv, found):
 def test_only_the_progress_on_stderr_is_replayed():
     assert warm.progress_reads(["verlprof: reading reports: 1/4 (a.nsys-rep)\n",
                                 "verlprof: reading reports: 4/4 done in 1.2 s\n"]) == [4]
-    assert warm.progress_reads(["\x1b[?25l bar \r", "\x1b[2K\n"]) == [None]  # a live bar
     assert warm.progress_reads(["verlprof: report: 1 report file(s) under x are in no "
                                 "manifest\n"]) is None
+    bar = io.StringIO()
+    bar.isatty = lambda: True  # type: ignore[method-assign]
+    with Progress("reading reports", 2, stream=bar) as progress:  # a terminal's live bar
+        progress.advance("a.nsys-rep")
+        progress.advance("b.nsys-rep")
+    assert "\x1b[" in bar.getvalue()
+    assert warm.progress_reads([bar.getvalue()]) == [None]  # it leaves nothing to replay
+    warned = bar.getvalue().replace("\r", "\rwarning: something\n\r", 1)
+    assert warm.progress_reads([warned]) is None
 
 
 def test_the_cli_replays_without_importing_rich_and_prints_the_same(tmp_path):

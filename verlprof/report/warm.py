@@ -54,7 +54,11 @@ _RICH_ENV = frozenset({"TERM", "COLORTERM", "COLUMNS", "LINES", "NO_COLOR", "FOR
                        "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES",
                        "DATABRICKS_RUNTIME_VERSION"})
 """Variables rich's Console reads (rich/console.py)."""
-_PROGRESS = re.compile(r"verlprof: reading reports: (\d+)/(\d+)( \(.*\)| done in .*)?")
+_PROGRESS_PREFIX = "verlprof: reading reports"
+"""What :class:`~verlprof.report.progress.Progress` writes reading reports, lines or bar."""
+_CLOSING = re.compile(r"verlprof: reading reports: \d+/(\d+) done in .*")
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""A terminal control sequence (the bar's colours, cursor moves, line erases)."""
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -188,17 +192,19 @@ class Tee:
 
 
 def progress_reads(parts: Sequence[str]) -> Optional[List[Optional[int]]]:
-    """``[reads]`` when what was written on stderr (``parts``) is only the reading progress
-    (``reads``: the total its closing line gave; None for none, e.g. a terminal's bar, whose
-    writes carry escape codes and leave nothing), else None: a run that said more on stderr
-    (a warning) is not replayed."""
+    """``[reads]`` when what was written on stderr (``parts``) is only the reading progress,
+    its lines or a terminal's bar (``reads``: the total its closing line gave; None without
+    one, as after a bar, which leaves nothing), else None: a run that said more on stderr (a
+    warning, even one drawn above the bar) is not replayed."""
     reads: Optional[int] = None
-    for line in "".join(p for p in parts if "\x1b" not in p).splitlines():
-        match = _PROGRESS.fullmatch(line)
-        if match is None and line.strip():
+    for line in re.split(r"[\r\n]", _CSI.sub("", "".join(parts))):
+        if not line.strip():
+            continue
+        if not line.startswith(_PROGRESS_PREFIX):
             return None
-        if match is not None and (match.group(3) or "").startswith(" done"):
-            reads = int(match.group(2))
+        match = _CLOSING.fullmatch(line)
+        if match is not None:
+            reads = int(match.group(1))
     return [reads]
 
 
