@@ -5,7 +5,6 @@ stays light (issue 17: its fixed cost on small reports)."""
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -14,32 +13,11 @@ import sys
 
 from rich.console import Console
 
+from tests.torch_runs import write_torch_run
 from verlprof.backends.reading import RawRange, ReportData, StepMark
-from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
 from verlprof.report.read_cache import CACHE_NAME, ReadCache
 from verlprof.report.unchanged import STAMP_NAME
-
-T0 = 1_700_000_000_000_000_000
-
-
-def _run_dir(tmp_path, slow_ms=900.0):
-    entries = []
-    for rank, ms in ((0, 100.0), (1, 100.0), (2, slow_ms)):
-        rel = f"step0001/actor_rollout_ref/rank{rank}/r{rank}.pt.trace.json.gz"
-        os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
-        events = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1,
-                   "ts": s, "dur": d} for n, s, d in (
-                       ("actor/update_actor", 0.0, ms * 1000),
-                       ("rollout/generate_sequences", 2_000_000.0, 50_000.0))]
-        with gzip.open(tmp_path / rel, "wt") as handle:
-            json.dump({"baseTimeNanoseconds": T0, "traceEvents": events}, handle)
-        entries.append(ReportEntry(steps=(1,), group="actor_rollout_ref", rank=rank,
-                                   component="actor_rollout_ref", backend="torch", path=rel,
-                                   status="ok"))
-    write_manifest(Manifest(tool="torch", output_dir=str(tmp_path), step_windows=((1,),),
-                            reports=tuple(entries)), str(tmp_path))
-    return [str(tmp_path / e.path) for e in entries]
 
 
 def _report(tmp_path, **kwargs):
@@ -53,7 +31,7 @@ def _states(paths):
 
 
 def test_second_run_keeps_the_files_and_prints_the_same(tmp_path):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     first, printed = _report(tmp_path)
     assert set(first.paths) == {"summary.csv", "summary.md", "timeline.png", "timeline.html",
                                 "timeline_steps.png"}
@@ -65,7 +43,7 @@ def test_second_run_keeps_the_files_and_prints_the_same(tmp_path):
 
 
 def test_any_change_writes_again(tmp_path):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     first, _ = _report(tmp_path)
     before = _states(first.paths)
     _, printed = _report(tmp_path, threshold=20.0)  # another option: other stragglers
@@ -80,7 +58,7 @@ def test_any_change_writes_again(tmp_path):
 
 
 def test_reads_come_from_the_cache_until_the_report_changes(tmp_path):
-    reports = _run_dir(tmp_path)
+    reports = write_torch_run(tmp_path)
     _report(tmp_path)
     cache_file = tmp_path / "summary" / CACHE_NAME
     cached = json.loads(cache_file.read_text())
@@ -120,7 +98,7 @@ def test_read_cache_keeps_good_reads_only(tmp_path):
 
 
 def test_stamp_and_cache_are_hidden_files_of_the_summary_dir(tmp_path):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     _report(tmp_path)
     hidden = sorted(n for n in os.listdir(tmp_path / "summary") if n.startswith("."))
     assert hidden == sorted([CACHE_NAME, STAMP_NAME])

@@ -4,44 +4,17 @@ soon as a report, the manifest, an option, a summary file or the terminal change
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.torch_runs import write_torch_run, write_torch_trace
 from verlprof.cli import main
-from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import warm
 from verlprof.report.progress import Progress
-
-T0 = 1_700_000_000_000_000_000
-
-
-def _trace(path, ms):
-    events = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": s,
-               "dur": d} for n, s, d in (("actor/update_actor", 0.0, ms * 1000),
-                                         ("rollout/generate_sequences", 2_000_000.0, 50_000.0))]
-    with gzip.open(path, "wt") as handle:
-        json.dump({"baseTimeNanoseconds": T0, "traceEvents": events}, handle)
-
-
-def _run_dir(root, slow_ms=900.0):
-    """Three torch traces of one step; rank 2 is slow. Returns the report paths."""
-    entries = []
-    for rank, ms in ((0, 100.0), (1, 100.0), (2, slow_ms)):
-        rel = f"step0001/actor_rollout_ref/rank{rank}/r{rank}.pt.trace.json.gz"
-        os.makedirs(root / os.path.dirname(rel), exist_ok=True)
-        _trace(root / rel, ms)
-        entries.append(ReportEntry(steps=(1,), group="actor_rollout_ref", rank=rank,
-                                   component="actor_rollout_ref", backend="torch", path=rel,
-                                   status="ok"))
-    write_manifest(Manifest(tool="torch", output_dir=str(root), step_windows=((1,),),
-                            reports=tuple(entries)), str(root))
-    return [str(root / e.path) for e in entries]
 
 
 def _report(capsys, *argv):
@@ -50,7 +23,7 @@ def _report(capsys, *argv):
 
 
 def test_second_run_prints_the_first_runs_output_from_the_record(tmp_path, capsys):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     cold = _report(capsys, str(tmp_path), "--no-picture")
     assert "900.0!" in cold and "summary.md:" in cold
     assert warm.replay([str(tmp_path), "--no-picture"]) == 0  # replayed, not run
@@ -61,7 +34,7 @@ def test_second_run_prints_the_first_runs_output_from_the_record(tmp_path, capsy
 
 
 def test_any_change_runs_the_report_again(tmp_path, capsys):
-    reports = _run_dir(tmp_path)
+    reports = write_torch_run(tmp_path)
     args = [str(tmp_path), "--no-picture"]
     cold = _report(capsys, *args)
     assert warm.replay([str(tmp_path), "--no-picture", "--threshold", "20"]) is None
@@ -72,7 +45,7 @@ def test_any_change_runs_the_report_again(tmp_path, capsys):
     assert warm.replay(args) is None  # that run rewrote the summary files
     assert _report(capsys, *args) == cold
 
-    _trace(reports[2], 400.0)  # a report rewritten
+    write_torch_trace(reports[2], 400.0)  # a report rewritten
     assert warm.replay(args) is None
     again = _report(capsys, *args)
     assert "400.0!" in again and "900.0" not in again
@@ -87,7 +60,7 @@ def test_any_change_runs_the_report_again(tmp_path, capsys):
 
 
 def test_terminal_settings_are_part_of_the_key(tmp_path, capsys, monkeypatch):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     _report(capsys, str(tmp_path), "--no-picture")
     assert warm.replay([str(tmp_path), "--no-picture"]) == 0
     capsys.readouterr()
@@ -100,7 +73,7 @@ def test_terminal_settings_are_part_of_the_key(tmp_path, capsys, monkeypatch):
 def test_memory_budget_option_is_replayed(tmp_path, capsys, monkeypatch):
     from verlprof.report.budget import BUDGET_ENV
 
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     monkeypatch.delenv(BUDGET_ENV, raising=False)
     args = [str(tmp_path), "--no-picture", "--memory-budget", "1G"]
     cold = _report(capsys, *args)
@@ -110,7 +83,7 @@ def test_memory_budget_option_is_replayed(tmp_path, capsys, monkeypatch):
 
 
 def test_a_run_with_an_unreadable_report_is_not_kept(tmp_path, capsys):
-    reports = _run_dir(tmp_path)
+    reports = write_torch_run(tmp_path)
     with open(reports[1], "wb") as handle:
         handle.write(b"not gzip")
     assert main(["report", str(tmp_path), "--no-picture"]) == 0
@@ -120,7 +93,7 @@ def test_a_run_with_an_unreadable_report_is_not_kept(tmp_path, capsys):
 
 
 def test_a_damaged_record_is_ignored(tmp_path, capsys):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     cold = _report(capsys, str(tmp_path), "--no-picture")
     (tmp_path / "summary" / warm.RECORD_NAME).write_text("{not json")
     assert warm.replay([str(tmp_path), "--no-picture"]) is None
@@ -154,7 +127,7 @@ def test_only_the_progress_on_stderr_is_replayed():
 
 
 def test_the_cli_replays_without_importing_rich_and_prints_the_same(tmp_path):
-    _run_dir(tmp_path)
+    write_torch_run(tmp_path)
     code = ("import sys\nfrom verlprof.cli import main\nrc = main(sys.argv[1:])\n"
             "sys.stderr.write('rich imported: %s\\n' % ('rich' in sys.modules))\nsys.exit(rc)")
 

@@ -106,12 +106,7 @@ class _Calc:
         columns = ["correlationId", "start"] + ([thread] if thread else [])
 
         def chunk(part: Chunk) -> Tuple[Any, Any]:
-            (cid, start, *tid), (cid_null, start_null, *tid_null) = part.values, part.nulls
-            keep = _not_null(cid_null, start_null)
-            if keep is not None:
-                cid, start = cid[keep], start[keep]
-                tid = [t[keep] for t in tid]
-                tid_null = [n[keep] if n is not None else None for n in tid_null]
+            (cid, start, *tid), (_, _, *tid_null) = _rows_with(part, 2)
             if len(cid) and int(cid.min()) < 0:
                 raise Unfit("negative correlationId")
             cls = self.thread_class(tid[0], tid_null[0]) if tid else 0
@@ -147,12 +142,7 @@ class _Calc:
         columns = ["start", "end"] + (["correlationId"] if keys is not None else [])
 
         def chunk(part: Chunk) -> Tuple[Any, Any]:
-            (start, end, *cid), (start_null, end_null, *cid_null) = part.values, part.nulls
-            keep = _not_null(start_null, end_null)
-            if keep is not None:
-                start, end = start[keep], end[keep]
-                cid = [c[keep] for c in cid]
-                cid_null = [n[keep] if n is not None else None for n in cid_null]
+            (start, end, *cid), (_, _, *cid_null) = _rows_with(part, 2)
             if keys is None or not len(keys):
                 return self.sums(self.slot(start) * self.width, end - start)
             ids = cid[0]
@@ -205,12 +195,15 @@ class _Calc:
             pages.close()
 
 
-def _not_null(*nulls: Optional[Any]) -> Optional[Any]:
-    """Rows where none of the columns is NULL (None: all of them)."""
-    present = [n for n in nulls if n is not None]
+def _rows_with(part: Chunk, required: int) -> Tuple[List[Any], List[Optional[Any]]]:
+    """The chunk's values and NULL masks, less the rows where one of its first ``required``
+    columns is NULL (the SQL path's ``IS NOT NULL``)."""
+    values, nulls = list(part.values), list(part.nulls)
+    present = [n for n in nulls[:required] if n is not None]
     if not present:
-        return None
-    return ~np.logical_or.reduce(present)
+        return values, nulls
+    keep = ~np.logical_or.reduce(present)
+    return [v[keep] for v in values], [n[keep] if n is not None else None for n in nulls]
 
 
 def _main_file(conn: sqlite3.Connection) -> Optional[str]:
