@@ -100,7 +100,7 @@ class TablePages:
         ps = self.page_size
         flat = self._load(pages)
         top = np.arange(len(pages), dtype=np.int64) * ps
-        top += np.where(pages == 1, HEADER_BYTES, 0)  # page 1's B-tree header follows its own
+        top += np.where(pages == 1, HEADER_BYTES, 0)  # see _btree_header
         if bool(np.any(flat[top] != LEAF_TABLE_PAGE)):
             raise NotPlain("a leaf of the table is not a table leaf page")
         cells = _be16(flat, top + 3)
@@ -170,17 +170,17 @@ class TablePages:
         for _ in range(64):
             # a B-tree's leaves are all at one depth: the level's first page tells (and
             # :meth:`read` checks each leaf), so the leaves are not read twice
-            first = self._load(level[:1])[HEADER_BYTES if int(level[0]) == 1 else 0]
+            first = self._load(level[:1])[_btree_header(int(level[0]))]
             if first == LEAF_TABLE_PAGE:
                 return level
             flat = self._load(level)
-            kinds = {int(flat[i * self.page_size + (HEADER_BYTES if p == 1 else 0)])
+            kinds = {int(flat[i * self.page_size + _btree_header(p)])
                      for i, p in enumerate(level.tolist())}
             if kinds != {INTERIOR_TABLE_PAGE}:
                 raise NotPlain("not a table B-tree (a table without rowid?)")
             children: List[Any] = []
             for i, page in enumerate(level.tolist()):
-                top = i * self.page_size + (HEADER_BYTES if page == 1 else 0)
+                top = i * self.page_size + _btree_header(page)
                 n = int(_be16(flat, np.array([top + 3]))[0])
                 pointers = _be16(flat, top + INTERIOR_HEADER + 2 * np.arange(n)) \
                     + i * self.page_size
@@ -190,7 +190,7 @@ class TablePages:
         raise NotPlain("a B-tree deeper than 64 levels")
 
     def _load(self, pages: Any) -> Any:
-        """The pages' bytes, one after another, then :data:`PAD` zero bytes."""
+        """The pages' bytes, one after another, then zero bytes (at least :data:`PAD`)."""
         ps = self.page_size
         pad = max(PAD, max(self.index, default=0) + 9)
         flat = np.empty(len(pages) * ps + pad, dtype=np.uint8)
@@ -231,6 +231,11 @@ class TablePages:
             kinds.append(kind)
             pos = pos + used
         return kinds
+
+
+def _btree_header(page: int) -> int:
+    """Where a page's B-tree header starts: page 1 holds the database header first."""
+    return HEADER_BYTES if page == 1 else 0
 
 
 def _be16(flat: Any, at: Any) -> Any:
