@@ -129,3 +129,9 @@ def test_report_import_path_is_light():
                        "get_backend('nsys').has_reader")
     assert _heavy(report) == []
     assert not {"PIL", "verlprof.report.timeline_png"} & report  # drawn only when written
+
+
+def test_the_nsys_reader_loads_no_nvtx_emitter():
+    """Reading needs the NVTX contract's names, not the ctypes emitter behind them."""
+    reader = _imported("import verlprof.backends.nsys.read")
+    assert not {"ctypes", "verlprof.backends.nsys.nvtx", "numpy"} & reader

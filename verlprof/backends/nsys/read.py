@@ -30,7 +30,7 @@ from verlprof.backends.nsys.gpu_sql import (
     Span,
     gpu_totals,
 )
-from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
+from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.backends.nsys.sqlite import (
     list_tables,
     open_export,
