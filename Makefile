@@ -16,11 +16,7 @@ $(STAMP): setup.cfg pyproject.toml tests/requirements/verl.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q '$(TORCH_SPEC)'
-# compat: a plain .pth line to this checkout instead of setuptools' import-hook finder, which
-# costs every Python process ~10 ms (pathlib, urllib) before it runs; compat is deprecated in
-# setuptools, hence the default mode when it is refused
-	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat \
-		|| $(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps '$(VERL_SPEC)'
 	$(BIN)/pip install -q -r tests/requirements/verl.txt
 	touch $@
