@@ -164,9 +164,9 @@ def test_rocprof_sys_output_is_gathered_at_fits_end(ray_four_cpus, tmp_path):
         assert all(set(w["regions"]) >= ROLES_PHASES for w in traced["windows"])
 
 
-def test_verl_workers_unchanged_without_the_bridge():
-    """The same worker classes, with verlprof installed but not switched on, build verl's own
-    profiler implementation; switched on, verlprof's."""
+def test_verl_workers_unchanged_with_the_bridge_on():
+    """The same worker classes build verl's own profiler implementation with verlprof
+    installed, switched off or on: the bridge changes nothing it does not profile."""
     code = (
         "import os\n"
         "os.environ.update(RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT='0')\n"
@@ -185,7 +185,7 @@ def test_verl_workers_unchanged_without_the_bridge():
                                   os.path.dirname(os.path.abspath(__file__)))))
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs.append(proc.stdout.strip().splitlines()[-1])
-    assert outputs == ["NsightSystemsProfiler True", "VerlprofImpl True"]
+    assert outputs == ["NsightSystemsProfiler True"] * 2
 
 
 def test_launcher_wraps_verl_run_ppo(ray_four_cpus, tmp_path):

@@ -38,20 +38,23 @@ class FakeDistProfiler:
 
     def __init__(self, enable=False, this_rank=False):
         self._enable, self._this_rank, self._this_step = enable, this_rank, False
+        self._impl = "verl's own impl"
 
 
 def test_gates_open_only_while_a_window_is_live_and_are_restored():
     host = ProcessHost()
     profiler = FakeDistProfiler(enable=False, this_rank=True)
     host.adopt(profiler, "critic")
-    assert isinstance(profiler._impl, VerlprofImpl)
+    assert profiler._impl == "verl's own impl"  # verl's until a window is live
     assert (profiler._enable, profiler._this_rank, profiler._this_step) == (False, True, False)
     host._verlprof_active = True
+    assert isinstance(profiler._impl, VerlprofImpl) and profiler._impl.worker_key == "critic"
     assert (profiler._enable, profiler._this_rank, profiler._this_step) == (True, True, True)
     late = FakeDistProfiler()  # a profiler built while a window is open joins at once
     host.adopt(late, "actor_rollout_ref")
     assert late._this_step
     host._verlprof_active = False
+    assert profiler._impl == late._impl == "verl's own impl"
     assert (profiler._enable, profiler._this_rank, profiler._this_step) == (False, True, False)
     assert (late._enable, late._this_rank, late._this_step) == (False, False, False)
 

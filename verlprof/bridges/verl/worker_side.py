@@ -2,16 +2,16 @@
 
 verl fuses every role of a resource pool into one process (``create_colocated_worker_cls``), so
 the process, not a role object, owns verlprof's session: one :class:`ProcessHost` per process.
-Each ``DistProfiler`` that verl's workers build gets :class:`VerlprofImpl` as its ``_impl``.
-verl's ``DistProfiler.annotate`` looks up ``self.profiler._impl`` on every call, so the phases
-verl already decorated run through the session: an NVTX range (nsys) or ``record_function``
-(torch) in an open window, and in discrete mode their own window.
-
-verl's wrapper only reaches the impl while its profiler is enabled, selected and in a profiled
-step. verl's trainer never starts it here: the bridge's controller does, through the session.
-So those three flags are raised while a window of this process is armed or open, and restored
-after. On a process that is not profiled they are never touched. An annotated call then costs
-what it costs in verl without profiling.
+Each ``DistProfiler`` that verl's workers build is remembered (weakly) and left exactly as
+verl built it: its type, its ``_impl``, its flags and its calls are verl's. Only while a window
+of this process is armed or open (the session says so) does it delegate to verlprof: its
+``_impl`` becomes :class:`VerlprofImpl` and its three gates are raised, so that verl's
+``DistProfiler.annotate``, which looks up ``self.profiler._impl`` on every call, runs the
+phases verl already decorated through the session: an NVTX range (nsys) or
+``record_function`` (torch) in an open window, and in discrete mode their own window. When the
+last window closes, verl's impl and gates come back as they were. A process that verlprof does
+not profile never has a window, so verl's own profiler works there as in verl (verl's profiler
+unit tests pass with the bridge switched on: tests/unit/test_verl_transparency.py).
 
 The controller reaches the session through Ray's ``__ray_call__``. A fused verl actor exposes
 only its registered methods, so :func:`remote_call` runs on the actor and forwards to the
@@ -31,6 +31,8 @@ from verlprof.worker import ProfilingWorkerMixin
 
 _FLAGS = ("_enable", "_this_rank", "_this_step")
 """verl's ``DistProfiler`` gates: enabled, this rank selected, inside a profiled step."""
+_SWAPPED = ("_impl", *_FLAGS)
+"""What a live window changes on a verl ``DistProfiler`` (and gives back when it closes)."""
 
 
 class ProcessHost(ProfilingWorkerMixin):
@@ -38,7 +40,9 @@ class ProcessHost(ProfilingWorkerMixin):
     objects the process holds."""
 
     def __init__(self) -> None:
-        self._profilers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._profilers: weakref.WeakKeyDictionary[Any, Optional[str]] = \
+            weakref.WeakKeyDictionary()
+        """verl's profilers in this process → their worker's role key."""
         self._saved: Dict[int, Tuple[Any, ...]] = {}
         self._active = False
         self._lock = threading.Lock()
@@ -50,7 +54,8 @@ class ProcessHost(ProfilingWorkerMixin):
     @_verlprof_active.setter
     def _verlprof_active(self, active: bool) -> None:
         """Set by the session when this process's first window is armed and its last closes:
-        open verl's gates so its annotate wrappers call :class:`VerlprofImpl`, or restore them."""
+        route verl's profilers to :class:`VerlprofImpl` with their gates open, or give them
+        back verl's own impl and gates."""
         with self._lock:
             self._active = active
             for profiler in list(self._profilers):
@@ -58,18 +63,19 @@ class ProcessHost(ProfilingWorkerMixin):
 
     def _gate(self, profiler: Any, active: bool) -> None:
         if active and id(profiler) not in self._saved:
-            self._saved[id(profiler)] = tuple(getattr(profiler, f, None) for f in _FLAGS)
+            self._saved[id(profiler)] = tuple(getattr(profiler, a, None) for a in _SWAPPED)
+            profiler._impl = VerlprofImpl(self, self._profilers.get(profiler))
             for flag in _FLAGS:
                 setattr(profiler, flag, True)
         elif not active and id(profiler) in self._saved:
-            for flag, value in zip(_FLAGS, self._saved.pop(id(profiler))):
-                setattr(profiler, flag, value)
+            for name, value in zip(_SWAPPED, self._saved.pop(id(profiler))):
+                setattr(profiler, name, value)
 
     def adopt(self, profiler: Any, worker_key: Optional[str]) -> None:
-        """Route ``profiler`` (a verl ``DistProfiler``) through this process's session."""
-        profiler._impl = VerlprofImpl(self, worker_key)
+        """Remember ``profiler`` (a verl ``DistProfiler``): it delegates to this process's
+        session while a window is live, and is verl's own otherwise."""
         with self._lock:
-            self._profilers.add(profiler)
+            self._profilers[profiler] = worker_key
             if self._active:
                 self._gate(profiler, True)
 
@@ -142,8 +148,9 @@ def remote_call(actor: Any, method: str, *args: Any) -> Any:
 
 
 def patch_dist_profiler() -> bool:
-    """Make every ``DistProfiler`` verl builds from now on delegate to verlprof. Idempotent;
-    False when verl's profiler module is not importable."""
+    """Remember every ``DistProfiler`` verl builds from now on, so that a live window of this
+    process can route it to verlprof (it is verl's own until then). Idempotent; False when
+    verl's profiler module is not importable."""
     try:
         from verl.utils.profiler import profile as verl_profile
     except ImportError:
