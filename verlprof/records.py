@@ -124,3 +124,6 @@ class WorkerReport:
     window_end_ns: Optional[int] = None
     where: ProcessIdentity = field(default_factory=lambda: ProcessIdentity(host="", pid=0))
     """The process that wrote it."""
+    notes: Tuple[str, ...] = ()
+    """What the process has to say about the run, one line each (on its first report only):
+    an annotated phase that ran in a profiled step without a window of its own."""

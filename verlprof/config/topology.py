@@ -41,6 +41,22 @@ class GroupTopology:
     world_size: int
     """Number of ranks (processes) in the group."""
 
+    rank_span: int = 1
+    """Global ranks each rank of the group owns: 1 for a worker group; for the replicas of a
+    served model (verl's rollout replicas since 0.7), the replica's world size (tensor x data
+    x pipeline parallel), so that a selected global rank selects the replica that owns it, as
+    verl maps ``rollout.profiler.ranks``."""
+
+    engine: str = ""
+    """The inference engine of a served model's replicas (``vllm``, ``sglang``, ...); empty
+    for a worker group."""
+
+    @property
+    def served(self) -> bool:
+        """The group is a served model's replicas: one server process per rank (replica),
+        whose windows are whole steps (it has no annotated phase of its own)."""
+        return bool(self.engine)
+
     @property
     def worker_name(self) -> str:
         """Name matched by NeMo RL worker patterns, e.g. ``actor_rollout_ref_worker``."""

@@ -9,11 +9,19 @@ verl fuses every role of a resource pool into one process per GPU
     when set, else ``algorithm.adv_estimator == gae``); the reward model when it is a verl worker
     group living there (0.4.1 to 0.6.0, and 0.7.0 without its reward loop).
 ``reward_pool`` (roles: rm)
-    when the reward model has a pool of its own: ``reward_model.enable_resource_pool`` (0.6.0,
-    0.7.0) or ``reward.reward_model.enable_resource_pool`` (0.8.0+), sized by that block.
+    when the reward model is a worker group with a pool of its own:
+    ``reward_model.enable_resource_pool`` (0.6.0, 0.7.0), sized by that block.
+``rollout_replicas`` (roles: rollout)
+    verl's rollout replicas (0.7.0+ when generation is served): ``LLMServerManager`` makes
+    pool // (tensor x data x pipeline parallel) of them, on global_pool's GPUs (hybrid
+    engine) or ``actor_rollout_ref.rollout.nnodes x n_gpus_per_node`` (standalone). A
+    selected global rank selects the replica that owns it, as verl maps the ranks.
+``reward_replicas`` (roles: rm)
+    the served reward model's replicas (0.8.0+, ``reward.reward_model.enable``), sized by
+    ``reward.reward_model.rollout`` on its own pool or global_pool's GPUs.
 ``teacher_pool``
-    the distillation teacher (0.8.0+, ``distillation.enabled``): verl serves it, so it is
-    listed as present and not profiled.
+    the distillation teacher (0.8.0+, ``distillation.enabled``): served too, listed as present
+    and not profiled (no verlprof role selects it).
 
 From 0.8.0 the reward model is read from ``reward.reward_model``, or from the legacy top-level
 ``reward_model`` block where that is set (verl 0.8.0 migrates it); both set to different values
@@ -39,6 +47,10 @@ from verlprof.errors import ConfigError
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"
 TEACHER_POOL = "teacher_pool"
+ROLLOUT_REPLICAS = "rollout_replicas"
+"""verl's rollout replicas (``RolloutReplica``, 0.7+): one server process per replica."""
+REWARD_REPLICAS = "reward_replicas"
+"""The served reward model's replicas (0.8+)."""
 
 RM_KEYS: Tuple[str, ...] = ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")
 """The reward model's keys that decide its pool, in ``reward.reward_model`` (0.8.0+) and in
@@ -58,8 +70,8 @@ class RewardModelPlace:
     """``reward_pool``'s ranks (0 when it has no pool of its own)."""
 
 
-_SERVED = "verl serves it from LLM inference servers outside its worker groups, and no " \
-          "verl profiler block selects it"
+_SERVED = "verl serves it from LLM inference servers, and no profiler block of verl's " \
+          "selects its replicas"
 
 
 def topology(raw: Mapping[Any, Any], traits: VerlTraits,
@@ -89,19 +101,43 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
     groups = []
     if rm is not None and not rm.own_pool and not traits.rm_served:
         roles.append("rm")
-    elif rm is not None and not rm.own_pool:
-        unprofiled.append(UnprofiledGroup(
-            name="reward_model", description="reward model, on global_pool's GPUs",
-            world_size=_pool_size(trainer, "trainer", 1), reason=_SERVED))
-    groups.append(GroupTopology(GLOBAL_POOL, tuple(roles), _pool_size(trainer, "trainer", 1)))
-    if rm is not None and rm.own_pool:
+    global_size = _pool_size(trainer, "trainer", 1)
+    groups.append(GroupTopology(GLOBAL_POOL, tuple(roles), global_size))
+    if rm is not None and rm.own_pool and not traits.rm_served:
         groups.append(GroupTopology(REWARD_POOL, ("rm",), rm.size))
+    if traits.at_least("0.7.0") and not traits.phases.get("rollout"):
+        pool = global_size if hybrid else _pool_size(_section(arr, "rollout"),
+                                                     "actor_rollout_ref.rollout", 1)
+        groups += _replicas(ROLLOUT_REPLICAS, "rollout", _section(arr, "rollout"),
+                            "actor_rollout_ref.rollout", pool)
+    if rm is not None and traits.rm_served:
+        block = _section(_section(_section(raw, "reward"), "reward_model"), "rollout")
+        groups += _replicas(REWARD_REPLICAS, "rm", block, "reward.reward_model.rollout",
+                            rm.size if rm.own_pool else global_size)
     distillation = raw.get("distillation")
     if isinstance(distillation, Mapping) and _flag(distillation, "enabled", "distillation"):
         size = _required_size(distillation, "distillation", "distillation.enabled")
         unprofiled.append(UnprofiledGroup(name=TEACHER_POOL, description="distillation teacher",
                                           world_size=size, reason=_SERVED))
     return Topology(tuple(groups), cuda=cuda, unprofiled=tuple(unprofiled))
+
+
+def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
+              pool: int) -> List[GroupTopology]:
+    """A served model's replicas as verl's ``LLMServerManager`` makes them: each spans tensor x
+    data x pipeline parallel GPUs of its pool (none when one does not fit)."""
+    span = 1
+    for key in ("tensor_model_parallel_size", "data_parallel_size",
+                "pipeline_model_parallel_size"):
+        value = rollout.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {v.show(value)}")
+        span *= value
+    engine = rollout.get("name")
+    engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
+    if pool // span < 1:
+        return []
+    return [GroupTopology(name, (role,), pool // span, rank_span=span, engine=str(engine))]
 
 
 def _uses_critic(raw: Mapping[Any, Any]) -> bool:

@@ -21,7 +21,6 @@ import dataclasses
 
 from verlprof.config.draft import Draft, RoleDraft
 from verlprof.config.verl_release import VerlTraits
-from verlprof.errors import ConfigError
 
 
 def apply(draft: Draft, traits: VerlTraits) -> None:
@@ -43,12 +42,6 @@ def apply(draft: Draft, traits: VerlTraits) -> None:
         draft.warn(f"{_block(roles['critic'])}: {verl} never passes this block to its critic "
                    "worker (fixed in verl 0.9.0), so verl itself would not profile the critic; "
                    "verlprof profiles the ranks it selects")
-    if traits.rm_served and roles["rm"].selects_any:
-        rm = roles["rm"]
-        raise ConfigError(rm.selection_key, f"{verl} serves the reward model from LLM servers "
-                                            "outside its worker groups, so no profiler block "
-                                            "reaches it and verlprof cannot profile it; select "
-                                            "no rank of it")
     if traits.torch_broken and draft.config.tool == "torch" and draft.config.active:
         draft.warn(f"global_profiler.tool: torch: {verl}'s own start_profile raises TypeError "
                    "with this tool (its torch Profiler.start takes no arguments); verlprof runs "

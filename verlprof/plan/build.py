@@ -59,10 +59,10 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         backend.check(config, topology)
         window_time = _window_time(config, backend)  # one record, shared by every process
         for group in topology.groups:
-            mode = _group_mode(config, group)
+            mode = "whole" if group.served else _group_mode(config, group)
             for rank in range(group.world_size):
                 selecting = tuple(r for r in group.roles
-                                  if _selects(config.components.get(r), rank))
+                                  if _selects(config.components.get(r), rank, group.rank_span))
                 if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
                     processes.append(_process_plan(config, topology, backend, group, rank,
                                                    selecting, mode, windows, window_time,
@@ -116,8 +116,11 @@ def _finish_hook(config: ProfilingConfig, processes: List[ProcessPlan],
     return FinishHookPlan(cmd=hook.cmd, targets=targets, timeout_s=hook.timeout_s, key=key)
 
 
-def _selects(component: ComponentConfig, rank: int) -> bool:
-    return component.all_ranks or rank in component.ranks
+def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
+    """The component selects ``rank`` (a replica owning ``span`` global ranks: any of them)."""
+    if span == 1:
+        return component.all_ranks or rank in component.ranks
+    return component.all_ranks or any(r // span == rank for r in component.ranks)
 
 
 def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:
@@ -129,10 +132,11 @@ def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str
                 warnings.append(f"{component.ranks_key or role}: the {role} role is not deployed "
                                 f"in this run, so nothing of it is profiled")
             continue
+        size = group.world_size * group.rank_span  # a served model's ranks are its GPUs'
         for rank in component.ranks:
-            if rank >= group.world_size:
+            if rank >= size:
                 raise ConfigError(component.ranks_key or f"{role}.profile_ranks",
-                                  f"rank {rank} is outside world size {group.world_size}")
+                                  f"rank {rank} is outside world size {size}")
 
 
 def _group_mode(config: ProfilingConfig, group: GroupTopology) -> Mode:

@@ -103,15 +103,19 @@ def _ranks_table(plan: ProfilePlan) -> Table:
         table.add_column(column)
     for group in plan.groups:
         procs = [p for p in plan.processes if p.group == group.name]
+        # a served model's ranks are its replicas: say so, with their GPUs (global ranks)
+        name = (f"{group.name} ({group.engine} replicas of {group.rank_span} GPU(s))"
+                if group.served else group.name)
         if not procs:
-            table.add_row(_text(group.name), str(group.world_size), "-", "-", "-", "-")
+            table.add_row(_text(name), str(group.world_size), "-", "-", "-", "-")
             continue
-        ranks = ", ".join(str(p.rank) for p in procs)
+        ranks = ", ".join(str(p.rank) if not group.served else
+                          f"{p.rank} (GPUs {p.rank * group.rank_span}-"
+                          f"{(p.rank + 1) * group.rank_span - 1})" for p in procs)
         roles = "; ".join(sorted({",".join(p.selected_roles) for p in procs}))
         modes = ",".join(sorted({p.mode for p in procs}))
         counts = ",".join(sorted({str(len(p.windows)) for p in procs}))
-        table.add_row(_text(group.name), str(group.world_size), ranks, _text(roles), modes,
-                      counts)
+        table.add_row(_text(name), str(group.world_size), ranks, _text(roles), modes, counts)
     return table
 
 

@@ -132,10 +132,9 @@ class ProfileController:
         if self._controller.attached:
             # nsys does not create its -o directory: it would write to /tmp instead
             os.makedirs(os.path.join(plan.output_dir, paths.CONTROLLER_DIR), exist_ok=True)
-        if plan.controller.launch_argv and not self._controller.attached:
-            self._warnings.append(
-                "trainer.controller_nsight_options is set but this controller does not run "
-                "under nsys; start it with verlprof.runtime.launch.controller_options(plan)")
+        unwrapped = self._controller.unwrapped_warning()
+        if unwrapped is not None:
+            self._warnings.append(unwrapped)
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -166,6 +165,21 @@ class ProfileController:
             self._identity[target] = reply.identity
             self._next[target] = reply.next
         self._on_errors(errors)
+
+    def replan(self, plan: ProfilePlan) -> ProfilePlan:
+        """Follow ``plan``, planned again on the groups verl built: before the first step only,
+        and leaving registered processes as planned."""
+        plan = ownership.retarget(plan, self.plan.output_dir)
+        changed = [t for t in self._targets if plan.process(*t) != self.plan.process(*t)]
+        if self._done_windows or changed:
+            raise ProfilingRuntimeError(f"no new plan after a step or for registered {changed}")
+        self.plan = plan
+        return plan
+
+    def note(self, *lines: str) -> None:  # warnings: logged and kept in the manifest
+        for line in lines:
+            logger.warning("verlprof: %s", line)
+        self._warnings.extend(lines)
 
     @property
     def targets(self) -> List[Target]:
@@ -288,6 +302,7 @@ class ProfileController:
             for target in self.targets:
                 if target in results:
                     items.extend(results[target])
+                    self.note(*(n for item in results[target] for n in item.notes))
                     continue
                 where = self._identity.get(target, ProcessIdentity(host="", pid=0))
                 reason = self._rpc.failed.get(target) or why.get(target, "no answer")

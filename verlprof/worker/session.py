@@ -12,9 +12,10 @@ window opens (at start, or at each planned phase call) and in what a phase call 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple
 
 from verlprof.backends import get_backend
 from verlprof.backends.base import OpenedWindow
@@ -62,6 +63,9 @@ class ProfileSession:
         """The capture window open now (state ``open``)."""
         self.opened: List[OpenedWindow] = []
         self.ignored: List[str] = []
+        self.notes: List[str] = []
+        """Lines for the manifest's warnings (see :meth:`_note_unplanned`)."""
+        self._noted: Set[Tuple[str, str]] = set()
         self._actions = TRANSITIONS[plan.mode]
         self._pending = list(plan.windows)
         # the plan's step windows in order (every planned window of a process belongs to one)
@@ -213,6 +217,7 @@ class ProfileSession:
             if window is not None:
                 self._open(window)
         if window is None:
+            self._note_unplanned(role, phase)
             return fn(owner, *args, **kwargs)
         try:
             with self.capture.phase(f"{role}/{phase}"):
@@ -221,6 +226,21 @@ class ProfileSession:
             with self._lock:
                 if self.current is not None and self.current.window is window:
                     self._close()
+
+    def _note_unplanned(self, role: str, phase: str) -> None:
+        """A phase of a selected role ran in an armed step but no window of the plan is
+        its: said once, naming the key that adds it (a phase of a colocated role that selects
+        nothing here, or a second call of a planned phase, is as planned)."""
+        plan = self.plan
+        if role not in plan.selected_roles or (role, phase) in self._noted or any(
+                w.role == role and w.phase == phase for w in plan.windows):
+            return
+        self._noted.add((role, phase))
+        listed = sorted({w.phase for w in plan.windows if w.role == role and w.phase} | {phase})
+        self.notes.append(
+            f"{plan.group} rank {plan.rank}: {role}/{phase} ran in profiled step "
+            f"{'-'.join(map(str, self.armed or ()))} but opens no window in discrete mode; "
+            f"to capture it, set trainer.profiler.phases.{role}=[{','.join(listed)}]")
 
     def _claim(self, role: str, phase: str) -> Optional[Window]:
         """The planned window of this phase in the armed step, if still pending. Checked
@@ -238,8 +258,11 @@ class ProfileSession:
             self.state = FINALIZED
             never_opened, self._pending = list(self._pending), []
             self.capture.flush(never_opened)
-        self._final = self.capture.collect(self.opened, never_opened, timeout_s)
-        return list(self._final)
+        final = self.capture.collect(self.opened, never_opened, timeout_s)
+        if final and self.notes:
+            final[0] = dataclasses.replace(final[0], notes=tuple(self.notes))
+        self._final = final
+        return list(final)
 
     def _answer_again(self, timeout_s: float) -> List[WorkerReport]:
         """finalized: the first answer again (a collection that raised is tried again)."""

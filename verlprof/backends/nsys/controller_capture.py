@@ -3,6 +3,7 @@ process runs under the plan's nsys argv (``verlprof.runtime.launch.controller_op
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -27,6 +28,23 @@ class ControllerCapture:
         self.attached = bool(plan.controller.launch_argv) and nvtx.get_emitter().enabled
         self._handle: Any = None
         self._windows: List[StepWindow] = []
+
+    def unwrapped_warning(self) -> Optional[str]:
+        """Controller options are set but this process was not started under nsys, so its own
+        report is not captured: a warning where the user set the key (None otherwise). verl's
+        config sets it by default, so there it is said at info level only."""
+        plan = self.plan
+        if not plan.controller.launch_argv or self.attached:
+            return None
+        how = ("launch verl with `python -m verlprof.bridges.verl`, which starts its TaskRunner "
+               "under nsys" if plan.verl_release is not None else
+               "launch it with `.options(**controller_options(plan))` (docs/integration.md)")
+        line = (f"{plan.controller_options_key} is set but this controller process does not "
+                f"run under nsys, so its own report is not captured; {how}")
+        if plan.verl_release is not None:
+            logging.getLogger("verlprof").info("verlprof: %s", line)
+            return None
+        return line
 
     def open(self, window: StepWindow) -> None:
         if self.attached and self._handle is None:

@@ -15,22 +15,29 @@ they wrote (``ProfileController.wait_for_profilers``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from contextlib import AbstractContextManager
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verlprof.backends import get_backend
 from verlprof.bridges.verl.driver_side import (
+    BuiltGroup,
     GroupMap,
     VerlActor,
     active_bridge,
+    new_group_name,
     patch_worker_groups,
     set_active_bridge,
 )
+from verlprof.bridges.verl.messages import nothing_profiled
+from verlprof.bridges.verl.served import patch_replicas
 from verlprof.bridges.verl.trainer import patch_trainers
 from verlprof.bridges.verl.worker_side import patch_dist_profiler
 from verlprof.config import config_from_dict
-from verlprof.config.topology import Topology
+from verlprof.config.schema import ProfilingConfig
+from verlprof.config.topology import GroupTopology, Topology
 from verlprof.manifest import Manifest
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.runtime.controller import ProfileController
@@ -50,28 +57,84 @@ def install() -> List[str]:
         done.append("RayWorkerGroup")
     if patch_dist_profiler():
         done.append("DistProfiler")
+    if patch_replicas():
+        done.append("RolloutReplica")
     done += patch_trainers()
     return done
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the plan was built from: the bridge plans again from them, on the pools verl
+    really builds, when those differ from what the config predicted."""
+
+    profiling: ProfilingConfig
+    topology: Topology
+
+    def plan(self) -> ProfilePlan:
+        return build_plan(self.profiling, self.topology)
 
 
 class Bridge:
     """verlprof's controller behind verl's trainer hooks, for one run."""
 
     def __init__(self, plan: ProfilePlan, controller: Optional[ProfileController] = None,
-                 **controller_options: Any):
+                 inputs: Optional[PlanInputs] = None, **controller_options: Any):
         self.controller = controller or ProfileController(plan, **controller_options)
         self.plan = self.controller.plan  # <output_dir>/<run id>/ when the claim says so
-        self.groups = GroupMap(plan)
+        self.inputs = inputs
+        self.groups = GroupMap(self.plan, self._replan)
         self.manifest: Optional[Manifest] = None
         self._open: Optional[Tuple[int, AbstractContextManager]] = None
         self._planned: List[Any] = []
         """Handles of the planned worker processes (ended at fit's end when the tool writes
         at exit)."""
+        self._replicas: Dict[str, Dict[int, Any]] = {}
+        """Replica servers launched so far, per replica group."""
+
+    def _replan(self, built: BuiltGroup, predicted: Optional[str]) -> ProfilePlan:
+        """verl built ``built`` where the plan predicted group ``predicted`` (None: no group
+        shares a role with it): plan again on the pools verl built, say what differs."""
+        before = next((g for g in self.plan.groups if g.name == predicted), None)
+        size = built.world_size or (before.world_size if before is not None else 1)
+        name = before.name if before is not None else \
+            new_group_name(built.roles, [g.name for g in self.plan.groups])
+        observed = GroupTopology(name=name, roles=built.roles, world_size=size)
+        said = (f"verl built {name} with roles {'/'.join(built.roles)} on {size} rank(s)"
+                + (f"; the config predicted {'/'.join(before.roles)} on {before.world_size}"
+                   if before is not None else "; the config predicted no such pool"))
+        if self.inputs is None:  # a plan handed in without its inputs: profile by rank
+            self.controller.note(f"{said}: profiled by rank as planned")
+            return self.plan
+        groups = [observed if g.name == name else g for g in self.inputs.topology.groups]
+        if before is None:
+            groups.append(observed)
+        self.inputs = dataclasses.replace(
+            self.inputs, topology=dataclasses.replace(self.inputs.topology,
+                                                      groups=tuple(groups)))
+        plan = self.controller.replan(self.inputs.plan())
+        self.plan = self.controller.plan
+        self.controller.note(f"{said}: planned again on the pools verl built "
+                             f"({len(plan.processes)} process(es) profiled)")
+        return self.plan
 
     def register(self, group: str, handles: Sequence[Any]) -> None:
         """verl's workers of plan group ``group`` (rank order) are up: configure the planned."""
         self.controller.register_group(group, [VerlActor(h) for h in handles])
         self._planned += [handles[p.rank] for p in self.plan.processes if p.group == group]
+
+    def register_replica(self, group: str, replica_rank: int, server: Any) -> None:
+        """A server of verl's replica ``replica_rank`` is up (node 0's): the replica group
+        registers once every replica the plan expects is (verl launches them together)."""
+        expected = next(g.world_size for g in self.plan.groups if g.name == group)
+        if replica_rank >= expected:
+            self.controller.note(f"verl launched {group} replica {replica_rank}, but the "
+                                 f"config predicted {expected} replica(s): not profiled")
+            return
+        servers = self._replicas.setdefault(group, {})
+        servers[replica_rank] = server
+        if len(servers) == expected:
+            self.register(group, [servers[r] for r in range(expected)])
 
     def begin_step(self, step: int) -> None:
         """verl's ``_start_profiling``: enter ``controller.step(step)``."""
@@ -96,6 +159,10 @@ class Bridge:
             self.manifest = self.controller.finalize()
             if get_backend(self.plan.tool).output_at_exit and self._planned:
                 self.manifest = self._collect_at_exit()
+            why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"
+                                                   for p in self.plan.processes])
+            if why is not None:  # the launcher exits 3 with it; a custom driver sees it here
+                logger.error("verlprof: %s", why)
             if active_bridge() is self:
                 set_active_bridge(None)
         return self.manifest
@@ -113,19 +180,26 @@ class Bridge:
 
 
 def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[ProfilePlan] = None,
-           **controller_options: Any) -> Bridge:
+           inputs: Optional[PlanInputs] = None, **controller_options: Any) -> Bridge:
     """Plan ``config`` (a verl trainer config: DictConfig or dict, any verl layout) and attach
     a :class:`Bridge` to this process. ``topology`` defaults to verl's resource pools read from
-    the config; ``plan`` skips planning (the launcher plans once, before verl starts)."""
+    the config; ``plan`` and ``inputs`` skip planning (the launcher plans once, before verl
+    starts, and clears verl's own step list)."""
     install()
     if plan is None:
-        plan = plan_of(config, topology)
-    bridge = Bridge(plan, **controller_options)
+        inputs = inputs or inputs_of(config, topology)
+        plan = inputs.plan()
+    bridge = Bridge(plan, inputs=inputs, **controller_options)
     set_active_bridge(bridge)
     return bridge
 
 
+def inputs_of(config: Mapping[str, Any], topology: Optional[Topology] = None) -> PlanInputs:
+    """The profiling settings and pools of ``config`` (no Ray, no verl needed)."""
+    loaded = config_from_dict(config)
+    return PlanInputs(profiling=loaded.profiling, topology=topology or loaded.topology)
+
+
 def plan_of(config: Mapping[str, Any], topology: Optional[Topology] = None) -> ProfilePlan:
     """The plan a bridge would follow for ``config`` (no Ray, no verl needed)."""
-    loaded = config_from_dict(config)
-    return build_plan(loaded.profiling, topology or loaded.topology)
+    return inputs_of(config, topology).plan()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from verlprof.bridges.verl.env import ENABLE_ENV, EXTERNAL_MODULES_ENV, PLUGIN_MODULE
 from verlprof.bridges.verl.patching import wrap_once
@@ -59,28 +60,64 @@ def bridge_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-class GroupMap:
-    """Which plan group each of verl's worker groups is: found from the fused class's roles."""
+@dataclass(frozen=True)
+class BuiltGroup:
+    """A worker group verl built, as the bridge sees it before its first worker starts."""
 
-    def __init__(self, plan: Any):
+    prefix: str
+    """verl's ``name_prefix`` of the group (unique per group)."""
+    roles: Tuple[str, ...]
+    """verlprof roles of the fused class (from its prefixed ``<key>_start_profile`` methods)."""
+    world_size: Optional[int]
+    """Ranks of its resource pool (None when verl did not say)."""
+
+
+class GroupMap:
+    """Which plan group each of verl's worker groups is, from the roles of its fused class.
+
+    The plan's groups are predicted from the config. verl may build a pool differently (a
+    reference policy it deploys though the config reads as if it did not, a pool mapping the
+    config does not show): the best-matching plan group (most roles in common) is taken and,
+    when its roles differ, ``replan`` is asked to plan again on the roles verl built; a group
+    sharing no role with the plan becomes a group of its own. ``replan`` raises the one-line
+    error when the observed pools cannot be planned (a rank beyond the pool verl built).
+    """
+
+    def __init__(self, plan: Any, replan: Callable[[BuiltGroup, Optional[str]], Any]):
         self.plan = plan
-        self.by_prefix: Dict[str, str] = {}
+        self.replan = replan
+        self.by_prefix: Dict[str, Optional[str]] = {}
         self.taken: List[str] = []
 
-    def group_of(self, prefix: str, attribute_names: Sequence[str]) -> Optional[str]:
-        if prefix in self.by_prefix:
-            return self.by_prefix[prefix]
-        roles = set(roles_of_keys(fused_keys(attribute_names)))
-        candidates = [g.name for g in self.plan.groups if roles and roles <= set(g.roles)]
-        free = [name for name in candidates if name not in self.taken] or candidates
-        if not free:
-            logger.warning("verlprof: a verl worker group with roles %s matches no group of the "
-                           "plan (%s); it is not profiled", sorted(roles) or "?",
-                           ", ".join(f"{g.name}: {'/'.join(g.roles)}" for g in self.plan.groups))
+    def group_of(self, built: BuiltGroup) -> Optional[str]:
+        """The plan group of ``built`` (None: it hosts no role verlprof profiles)."""
+        if built.prefix in self.by_prefix:
+            return self.by_prefix[built.prefix]
+        if not built.roles:  # no verl profiler role: not a trainer worker group
+            self.by_prefix[built.prefix] = None
             return None
-        self.by_prefix[prefix] = free[0]
-        self.taken.append(free[0])
-        return free[0]
+        free = [g for g in self.plan.groups if g.name not in self.taken]
+        shared = [g for g in free if set(g.roles) & set(built.roles)]
+        best = max(shared, key=lambda g: (set(g.roles) == set(built.roles),
+                                          len(set(g.roles) & set(built.roles))), default=None)
+        if best is None or tuple(best.roles) != built.roles or (
+                built.world_size is not None and best.world_size != built.world_size):
+            self.plan = self.replan(built, best.name if best is not None else None)
+        name = best.name if best is not None else new_group_name(built.roles,
+                                                                 [g.name for g in free])
+        self.by_prefix[built.prefix] = name
+        self.taken.append(name)
+        return name
+
+
+def new_group_name(roles: Sequence[str], taken: Sequence[str]) -> str:
+    """The plan name of a pool the config did not predict: verl's pool names where they are
+    known (``reward_pool`` for the reward model alone), else its roles joined."""
+    base = "reward_pool" if tuple(roles) == ("rm",) else "_".join(roles) + "_pool"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    return name
 
 
 _ACTIVE: List[Any] = []
@@ -117,8 +154,10 @@ def patch_worker_groups() -> bool:
                                      kwargs.get("ray_cls_with_init"))
             if bridge is None or ray_cls_with_init is None:  # off, or another verl signature
                 return create(self, rank, *args, **kwargs)
-            group = bridge.groups.group_of(self.name_prefix,
-                                           _class_attributes(ray_cls_with_init))
+            roles = roles_of_keys(fused_keys(_class_attributes(ray_cls_with_init)))
+            group = bridge.groups.group_of(BuiltGroup(
+                prefix=self.name_prefix, roles=roles,
+                world_size=getattr(self, "_world_size", None)))
             update = ray_cls_with_init.update_options
 
             def update_options(options: Dict[str, Any]) -> Any:

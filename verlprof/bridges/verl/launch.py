@@ -19,9 +19,17 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlprof.bridges.verl.bridge import attach, plan_of
+from verlprof.bridges.verl.bridge import PlanInputs, attach, inputs_of
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
+from verlprof.bridges.verl.messages import (
+    EXIT_BAD_INPUT,
+    EXIT_NOTHING_PROFILED,
+    hydra_error_line,
+    nothing_profiled,
+    verlprof_error,
+)
 from verlprof.errors import ConfigError
+from verlprof.manifest import read_manifest
 from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
 from verlprof.runtime.launch import controller_options
@@ -31,25 +39,28 @@ STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""
 
 
-def prepare(config: DictConfig) -> ProfilePlan:
+def prepare(config: DictConfig) -> Tuple[ProfilePlan, PlanInputs]:
     """Plan ``config`` and clear verl's step list in it, in place. The config is resolved as
-    verl's TaskRunner resolves it, so that the role blocks' interpolations are read."""
+    verl's TaskRunner resolves it, so that the role blocks' interpolations are read. Returns
+    the plan and what it was built from (the bridge plans again from it when verl builds
+    pools the config did not predict)."""
     resolved = OmegaConf.to_container(config, resolve=True)
-    plan = plan_of(cast(Dict[str, Any], resolved))
+    inputs = inputs_of(cast(Dict[str, Any], resolved))
+    plan = inputs.plan()
     with open_dict(config):
         for key in STEP_KEYS:
             if OmegaConf.select(config, key) is not None:
                 OmegaConf.update(config, key, None, merge=False)
-    return plan
+    return plan, inputs
 
 
-def _runner_class(base: Any, plan: ProfilePlan) -> type:
+def _runner_class(base: Any, plan: ProfilePlan, inputs: Optional[PlanInputs]) -> type:
     """A subclass of verl's TaskRunner whose ``run`` attaches the bridge first (the plan travels
     with the class: Ray ships a class defined here by value)."""
 
     class VerlprofTaskRunner(base):
         def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
-            bridge = attach(config, plan=plan)
+            bridge = attach(config, plan=plan, inputs=inputs)
             try:
                 return super().run(config, *args, **kwargs)
             finally:
@@ -65,15 +76,16 @@ class TaskRunnerLauncher:
     ``.options(...).remote()``), launching verl's TaskRunner as the plan says."""
 
     def __init__(self, task_runner_class: Any, plan: ProfilePlan,
-                 run_env: Optional[Dict[str, str]] = None):
+                 run_env: Optional[Dict[str, str]] = None,
+                 inputs: Optional[PlanInputs] = None):
         import ray
 
         base = getattr(task_runner_class, "__ray_actor_class__", task_runner_class)
         defaults = dict(getattr(task_runner_class, "_default_options", {}) or {})
         self.plan = plan
         self.run_env = dict(run_env or {})  # the controller adopts the driver's claim
-        self.actor_class = ray.remote(**defaults)(_runner_class(base, plan)) if defaults \
-            else ray.remote(_runner_class(base, plan))
+        runner = _runner_class(base, plan, inputs)
+        self.actor_class = ray.remote(**defaults)(runner) if defaults else ray.remote(runner)
 
     def options(self, **options: Any) -> _Bound:
         return _Bound(self, options)
@@ -101,22 +113,46 @@ class _Bound:
 
 
 def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``run_ppo(config, task_runner_class)``, profiled by verlprof."""
+    """verl's ``run_ppo(config, task_runner_class)``, profiled by verlprof. A verlprof error,
+    here or in the TaskRunner, is one line and exit 2 (Hydra passes ``SystemExit`` through);
+    a run whose plan selected ranks and that wrote no report of them exits 3, saying why."""
 
     def run_ppo_profiled(config: DictConfig, task_runner_class: Any = None,
                          *args: Any, **kwargs: Any) -> Any:
-        # the output directory is this run's before verl starts anything
         try:
-            run = claim_output(prepare(config))
-        except ConfigError as err:  # one line, not Hydra's traceback (it passes SystemExit)
-            print(f"verlprof: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
-        with run:
-            return run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan, run.env()),
-                           *args, **kwargs)
+            # the output directory is this run's before verl starts anything
+            plan, inputs = prepare(config)
+            run = claim_output(plan)
+            with run:
+                result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
+                                                            run.env(), inputs),
+                                 *args, **kwargs)
+        except Exception as err:
+            ours = verlprof_error(err)
+            if ours is None:
+                raise
+            print(f"verlprof: {ours}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        _exit_if_nothing_profiled(run.plan)
+        return result
 
     run_ppo_profiled.__wrapped__ = run_ppo  # type: ignore[attr-defined]
     return run_ppo_profiled
+
+
+def _exit_if_nothing_profiled(plan: ProfilePlan) -> None:
+    selected = [f"{p.group} rank {p.rank}" for p in plan.processes]
+    if not selected:
+        return
+    try:
+        manifest = read_manifest(plan.output_dir)
+    except (OSError, ValueError) as err:
+        why: Optional[str] = f"no manifest in {plan.output_dir} ({err})"
+    else:
+        why = nothing_profiled(manifest, selected)
+    if why is not None:
+        print(f"verlprof: {why}", file=sys.stderr)
+        raise SystemExit(EXIT_NOTHING_PROFILED)
 
 
 def install_launcher() -> Tuple[Any, Optional[Any]]:
@@ -145,15 +181,25 @@ def compose_verl_config(overrides: Sequence[str], config_name: str = "ppo_traine
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m verlprof.bridges.verl`` with the arguments of ``python -m
-    verl.trainer.main_ppo``; ``--plan`` first prints what would be profiled and runs nothing."""
+    verl.trainer.main_ppo``; ``--plan`` first prints what would be profiled and runs nothing.
+    Overrides are composed once before verl starts, so that a key Hydra refuses is one line
+    (exit 2) instead of Hydra's tracebacks."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--plan"]:
-        try:
-            render_plan(prepare(compose_verl_config(args[1:])))
-        except ConfigError as err:
-            print(f"verlprof: {err}", file=sys.stderr)
-            return 2
-        return 0
+    plan_only = args[:1] == ["--plan"]
+    overrides = args[1:] if plan_only else args
+    try:
+        config = compose_verl_config(overrides)
+        if plan_only:
+            render_plan(prepare(config)[0])
+            return 0
+    except ConfigError as err:
+        print(f"verlprof: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as err:  # Hydra's own: an unknown key, a bad override
+        if not type(err).__module__.startswith(("hydra", "omegaconf")):
+            raise
+        print(f"verlprof: {hydra_error_line(err, compose_verl_config([]))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     main_ppo, _ = install_launcher()
     main_ppo.main()
     return 0

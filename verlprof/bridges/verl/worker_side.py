@@ -21,12 +21,16 @@ only its registered methods, so :func:`remote_call` runs on the actor and forwar
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 import threading
+import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from verlprof.bridges.verl.patching import wrap_once
+from verlprof.bridges.verl.patching import MARK, wrap_once
 from verlprof.bridges.verl.roles import phase_of
+from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS
 from verlprof.worker import ProfilingWorkerMixin
 
 _FLAGS = ("_enable", "_this_rank", "_this_step")
@@ -126,6 +130,7 @@ class VerlprofImpl:
         return decorate
 
 
+SERVED_GROUPS = (ROLLOUT_REPLICAS, REWARD_REPLICAS)
 _HOST: Optional[ProcessHost] = None
 _HOST_LOCK = threading.Lock()
 
@@ -144,7 +149,57 @@ def remote_call(actor: Any, method: str, *args: Any) -> Any:
     """Runs on a verl actor through ``__ray_call__``: the ``verlprof_*`` RPC ``method``."""
     if not method.startswith("verlprof_"):
         raise PermissionError(f"{method} is not a verlprof RPC")
-    return getattr(host(), method)(*args)
+    reply = getattr(host(), method)(*args)
+    plan = args[0] if method == "verlprof_configure" and args else None
+    if plan is not None and plan.group in SERVED_GROUPS:  # a replica's server: its requests
+        route_generation(type(actor), plan.roles[0])  # become ranges in its windows
+    return reply
+
+
+# -- a replica's server: its requests become ranges in its windows --------------------------
+
+GENERATE = "generate"
+"""The server method verl's ``LLMServerClient`` calls for each request (vLLM, SGLang, ...)."""
+
+_ORIGINALS: Dict[str, Tuple[Callable, str]] = {}
+"""Qualified name of each rerouted method → (a copy of verl's function, the plan role)."""
+_ROUTE = "__verlprof_generate_in_window__"
+
+
+async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its __code__ replaces generate's
+    return await __verlprof_generate_in_window__(args, kwargs)  # type: ignore[name-defined]  # noqa: F821
+
+
+def route_generation(server_class: type, role: str) -> List[str]:
+    """Reroute ``server_class.generate`` (a coroutine function without closure) through
+    :func:`_generate_in_window` in this process; returns what was rerouted."""
+    function = inspect.getattr_static(server_class, GENERATE, None)
+    if not inspect.iscoroutinefunction(function) or function.__closure__ \
+            or getattr(function, MARK, False):
+        return []
+    key = function.__qualname__
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    _ORIGINALS[key] = (copy, role)
+    function.__globals__.setdefault(_ROUTE, _generate_in_window)
+    # the trampoline's code names the method (co_name: tracebacks read well, and the route
+    # finds verl's function by it: Python 3.9's code objects have no qualified name)
+    function.__code__ = _trampoline.__code__.replace(co_name=key)
+    setattr(function, MARK, True)
+    return [key]
+
+
+async def _generate_in_window(args: tuple, kwargs: dict) -> Any:
+    """A rerouted ``generate``: the range ``<role>/generate`` around it while a window of this
+    process is open; verl's function as it is otherwise."""
+    original, role = _ORIGINALS[sys._getframe(1).f_code.co_name]
+    process = host()
+    session = process._verlprof_session
+    if session is None or not process._verlprof_active:
+        return await original(*args, **kwargs)
+    with session.capture.phase(f"{role}/{GENERATE}"):
+        return await original(*args, **kwargs)
 
 
 def patch_dist_profiler() -> bool:

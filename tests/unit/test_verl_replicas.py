@@ -1,0 +1,94 @@
+"""verl's served models as groups of the plan: rollout replicas and the served reward model,
+selected the way verl maps ``profiler.ranks`` (global GPU ranks -> the replica owning them),
+on verl 0.9.1's own Hydra-composed config (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.helpers import require_verl
+from verlprof.bridges.verl import plan_of
+
+require_verl()
+
+NSYS = "global_profiler.global_tool_config.nsys"
+BASE = ["trainer.device=cpu", "global_profiler.tool=nsys", "global_profiler.steps=[1,2]",
+        "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        f"{NSYS}.worker_nsight_options.capture-range=nvtx",
+        "global_profiler.save_path=/tmp/verlprof-replica-plan"]
+
+
+@pytest.fixture(scope="module")
+def compose():
+    from verlprof.bridges.verl.launch import compose_verl_config
+
+    def plan(*overrides):
+        config = compose_verl_config([*BASE, *overrides])
+        return plan_of(OmegaConf.to_container(config, resolve=True))
+
+    return plan
+
+
+def _replicas(plan, group="rollout_replicas"):
+    return [p.rank for p in plan.processes if p.group == group]
+
+
+@pytest.mark.parametrize("ranks, replicas", [("[2]", [1]), ("[0,1]", [0]), ("[1,3]", [0, 1]),
+                                             ("[3]", [1])])
+def test_global_ranks_select_the_replica_that_owns_them(compose, ranks, replicas):
+    plan = compose("actor_rollout_ref.actor.profiler.enable=true",
+                   f"actor_rollout_ref.actor.profiler.ranks={ranks}")
+    group = next(g for g in plan.groups if g.name == "rollout_replicas")
+    assert (group.world_size, group.rank_span, group.engine) == (2, 2, "vllm")
+    assert _replicas(plan) == replicas
+    for process in plan.processes:
+        if process.group == "rollout_replicas":
+            assert process.mode == "whole" and process.launch_argv[0] == "nsys"
+            assert [w.report.path for w in process.windows] == [
+                f"step000{s}/rollout_replicas/rank{process.rank}/"
+                f"rollout_replicas_step{s}_rank{process.rank}_{{host}}_{{pid}}.nsys-rep"
+                for s in (1, 2)]
+
+
+def test_all_ranks_select_every_replica_and_discrete_stays_per_step(compose):
+    plan = compose("actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.all_ranks=true", f"{NSYS}.discrete=true")
+    assert _replicas(plan) == [0, 1]
+    assert {p.mode for p in plan.processes if p.group == "rollout_replicas"} == {"whole"}
+
+
+def test_standalone_replicas_are_sized_by_the_rollouts_own_pool(compose):
+    plan = compose("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=2",
+                   "actor_rollout_ref.rollout.n_gpus_per_node=4",
+                   "actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[3]")
+    group = next(g for g in plan.groups if g.name == "rollout_replicas")
+    assert group.world_size == 4 and _replicas(plan) == [1]  # 8 GPUs of its own, 2 each
+
+
+def test_the_served_reward_model_is_a_group_of_replicas(compose):
+    """verl 0.8+ serves the reward model: selecting it profiles its replicas (it was refused)."""
+    plan = compose("reward.reward_model.enable=true", "reward.reward_model.rollout.name=sglang",
+                   "reward.reward_model.rollout.tensor_model_parallel_size=1",
+                   "+reward_model.profiler.enable=true", "+reward_model.profiler.ranks=[3]",
+                   "+reward_model.profiler.tool=nsys")
+    group = next(g for g in plan.groups if g.name == "reward_replicas")
+    assert (group.roles, group.world_size, group.engine) == (("rm",), 4, "sglang")
+    assert _replicas(plan, "reward_replicas") == [3]
+    assert not [u for u in plan.unprofiled if u.name == "reward_model"]
+
+
+def test_the_plan_lists_replicas_with_their_gpus(compose, capsys):
+    from rich.console import Console
+
+    from verlprof.plan.render import render_plan
+
+    plan = compose("actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[2]")
+    render_plan(plan, console=Console(width=200, force_terminal=False))
+    out = capsys.readouterr().out
+    assert "rollout_replicas (vllm replicas of 2 GPU(s))" in out
+    assert "1 (GPUs 2-3)" in out
+    assert "step0001/rollout_replicas/rank1/" in out
