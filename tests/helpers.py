@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from typing import Iterator
 
 import pytest
+
+SESSION_ENV = "VERLPROF_TEST_SESSION"
+SESSION = os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex)
+"""Inherited by every process this test session starts (Ray's, nsys', their agents): what
+this session leaves behind is told apart from other sessions' on a shared machine."""
 
 NSYS_SAFE_OPTS = ["--sample=none", "--cpuctxsw=none"]
 """Options every test passes to ``nsys profile`` (sampling/ctxsw can hang without a GPU)."""
@@ -45,36 +51,39 @@ def require_nsys() -> str:
 @contextlib.contextmanager
 def local_ray_cluster(num_cpus: int) -> Iterator[None]:
     """A local Ray cluster of ``num_cpus`` logical CPUs (never one already running on the
-    machine); on exit, no nsys agent started meanwhile may be left orphaned."""
+    machine); on exit, no nsys agent of this session may be left orphaned."""
     import ray
 
-    from verlprof.backends.nsys.cli import list_agents
-
-    before = {a.pid for a in list_agents()}
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              logging_level="ERROR", log_to_driver=False)
     try:
         yield
     finally:
         ray.shutdown()
-    assert_no_leaked_agents(before)
+    assert_no_leaked_agents()
 
 
-def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:
-    """No ``nsys --start-agent`` started since ``before`` (a set of pids) is left orphaned.
+def session_agents(agents):
+    """Those of ``agents`` (``AgentProcess``) that this test session started."""
+    from verlprof.backends.nsys.procs import carries_env
+
+    return [a for a in agents if carries_env(a.pid, SESSION_ENV, SESSION)]
+
+
+def assert_no_leaked_agents(wait_s: float = 30.0) -> None:
+    """No ``nsys --start-agent`` this test session started is left orphaned.
 
     Agents of a run that just ended may take a few seconds to exit: wait for them, bounded.
-    Agents whose owning nsys is still alive belong to someone still running (another test
-    session on a shared machine) and are not ours to judge.
+    Other sessions' agents on a shared machine (orphaned or not) are not ours to judge.
     """
     import time
 
     from verlprof.backends.nsys.cli import list_agents, orphan_agents
 
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and [a for a in list_agents() if a.pid not in before]:
+    while time.monotonic() < deadline and session_agents(list_agents()):
         time.sleep(0.5)
-    leaked = [a for a in orphan_agents(0) if a.pid not in before]
+    leaked = session_agents(orphan_agents(0))
     assert not leaked, f"nsys agents left behind: {leaked}"
 
 
