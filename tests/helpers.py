@@ -18,6 +18,45 @@ NSYS_SAFE_OPTS = ["--sample=none", "--cpuctxsw=none"]
 """Options every test passes to ``nsys profile`` (sampling/ctxsw can hang without a GPU)."""
 
 
+def under_ci() -> bool:
+    """``CI=true``: every tool the Makefile can install must be there."""
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def skip_or_fail(msg: str, module: bool = False) -> None:
+    """Skip for a missing tool or facility the Makefile provides (``msg`` says which and how
+    to get it); under ``CI=true`` fail instead, in one line: there a skip would hide a test
+    that never ran."""
+    if under_ci():
+        pytest.fail(f"{msg}; CI=true requires it", pytrace=False)
+    pytest.skip(msg, allow_module_level=module)
+
+
+def require_node() -> str:
+    """Path of node, for the timeline page's script under a DOM stub (``make node`` installs
+    Debian's nodejs)."""
+    import shutil
+
+    exe = shutil.which("node") or shutil.which("nodejs")
+    if exe is None:
+        skip_or_fail("node not found (`make node` installs it: scripts/install_node.sh)")
+    assert exe is not None
+    return exe
+
+
+def mount_tmpfs(path, options: str) -> None:
+    """Mount a tmpfs with ``options`` on ``path`` (root may; ``make test`` runs as root in
+    CI). Where the machine forbids it, skip, or fail under ``CI=true``."""
+    import subprocess
+
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        skip_or_fail(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}; "
+                     "root may)")
+
+
 def require_verl() -> None:
     """verl's single controller, profiler and trainer modules importable (``make test``
     installs verl 0.9.1 from PyPI). Skips without them, except under ``CI=true``: there a
@@ -26,10 +65,8 @@ def require_verl() -> None:
         import verl  # noqa: F401
         import verl.trainer.ppo.ray_trainer  # noqa: F401
     except ImportError as err:
-        msg = f"verl is not importable ({err}); `make test` installs it (tests/requirements)"
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires it", pytrace=False)
-        pytest.skip(msg, allow_module_level=True)
+        skip_or_fail(f"verl is not importable ({err}); `make test` installs it "
+                     "(tests/requirements)", module=True)
 
 
 def require_nsys() -> str:
@@ -42,9 +79,7 @@ def require_nsys() -> str:
     if exe is None or version is None:
         msg = ("nsys not found on PATH" if exe is None
                else f"{exe} does not run (nsys --version failed)")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires Nsight Systems", pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail(f"{msg} (`make nsys` installs it: see NSYS_ON_CPU.md)")
     return exe
 
 
@@ -108,9 +143,6 @@ def require_chromium() -> str:
     if not works:
         msg = ("chromium not found on PATH" if exe is None
                else f"{exe} does not run (--version failed)")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires it (scripts/install_chromium.sh)",
-                        pytrace=False)
-        pytest.skip(f"{msg} (scripts/install_chromium.sh installs it)")
+        skip_or_fail(f"{msg} (`make chromium` installs it: scripts/install_chromium.sh)")
     assert exe is not None
     return exe
