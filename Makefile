@@ -53,5 +53,13 @@ demo: install nsys
 bench: install nsys
 	$(BIN)/python -m benchmarks
 
+# mutation check of the planner, the controller and the report's matrix and straggler rule
+# (docs/reliability.md); minutes per module, so not part of `make test`. mutmut goes into the
+# venv here only: its own dependencies (pony, parso, junit-xml...) serve no other target.
+MUTMUT_SPEC ?= mutmut==2.5.1
+mutation: install
+	$(BIN)/pip install -q '$(MUTMUT_SPEC)'
+	BIN=$(BIN) bash scripts/mutation.sh
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache .ruff_cache
+	rm -rf $(VENV) outputs .pytest_cache .ruff_cache .mutmut-cache
