@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.verlprof-installed
 
-.PHONY: install nsys chromium test unit integration demo bench lint clean
+.PHONY: install nsys chromium node test unit integration demo bench lint mutation clean
 
 # verl for the bridge's tests: its own requirements pull GPU-side packages, so verl goes in
 # without them and tests/requirements/verl.txt adds what its CPU-side modules import.
@@ -30,17 +30,21 @@ nsys:
 chromium:
 	bash scripts/install_chromium.sh
 
+# the tests that run timeline.html's script under a DOM stub (tests/unit/test_report_*.py)
+node:
+	bash scripts/install_node.sh
+
 lint: install
 	$(BIN)/ruff check verlprof tests benchmarks
 	$(BIN)/mypy
 
-unit: install
+unit: install node
 	$(BIN)/pytest -q tests/unit
 
-integration: install nsys chromium
+integration: install nsys chromium node
 	$(BIN)/pytest -q -m integration
 
-test: install nsys chromium lint
+test: install nsys chromium node lint
 	$(BIN)/pytest -q
 
 demo: install nsys
@@ -49,5 +53,13 @@ demo: install nsys
 bench: install nsys
 	$(BIN)/python -m benchmarks
 
+# mutation check of the planner, the controller and the report's matrix and straggler rule
+# (docs/reliability.md); minutes per module, so not part of `make test`. mutmut goes into the
+# venv here only: its own dependencies (pony, parso, junit-xml...) serve no other target.
+MUTMUT_SPEC ?= mutmut==2.5.1
+mutation: install
+	$(BIN)/pip install -q '$(MUTMUT_SPEC)'
+	BIN=$(BIN) bash scripts/mutation.sh
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache .ruff_cache
+	rm -rf $(VENV) outputs .pytest_cache .ruff_cache .mutmut-cache

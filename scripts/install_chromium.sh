@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs Debian's Chromium for the browser test of timeline.html (tests/unit/test_browser.py:
-# a page made from hostile range names runs no script from them). Idempotent: does nothing when
+# Installs Debian's Chromium for the browser test of timeline.html
+# (tests/integration/test_hostile_names.py: a page made from hostile range names runs no script
+# from them). Idempotent: does nothing when
 # a headless Chromium already runs. Needs root and apt; elsewhere it explains what to do and
 # exits 0, so that the test can skip (or fail under CI=true), as scripts/install_nsys.sh does.
 set -euo pipefail

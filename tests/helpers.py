@@ -4,12 +4,57 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from typing import Iterator
 
 import pytest
 
+SESSION_ENV = "VERLPROF_TEST_SESSION"
+SESSION = os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex)
+"""Inherited by every process this test session starts (Ray's, nsys', their agents): what
+this session leaves behind is told apart from other sessions' on a shared machine."""
+
 NSYS_SAFE_OPTS = ["--sample=none", "--cpuctxsw=none"]
 """Options every test passes to ``nsys profile`` (sampling/ctxsw can hang without a GPU)."""
+
+
+def under_ci() -> bool:
+    """``CI=true``: every tool the Makefile can install must be there."""
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def skip_or_fail(msg: str, module: bool = False) -> None:
+    """Skip for a missing tool or facility the Makefile provides (``msg`` says which and how
+    to get it); under ``CI=true`` fail instead, in one line: there a skip would hide a test
+    that never ran."""
+    if under_ci():
+        pytest.fail(f"{msg}; CI=true requires it", pytrace=False)
+    pytest.skip(msg, allow_module_level=module)
+
+
+def require_node() -> str:
+    """Path of node, for the timeline page's script under a DOM stub (``make node`` installs
+    Debian's nodejs)."""
+    import shutil
+
+    exe = shutil.which("node") or shutil.which("nodejs")
+    if exe is None:
+        skip_or_fail("node not found (`make node` installs it: scripts/install_node.sh)")
+    assert exe is not None
+    return exe
+
+
+def mount_tmpfs(path, options: str) -> None:
+    """Mount a tmpfs with ``options`` on ``path`` (root may; ``make test`` runs as root in
+    CI). Where the machine forbids it, skip, or fail under ``CI=true``."""
+    import subprocess
+
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        skip_or_fail(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}; "
+                     "root may)")
 
 
 def require_verl() -> None:
@@ -20,10 +65,8 @@ def require_verl() -> None:
         import verl  # noqa: F401
         import verl.trainer.ppo.ray_trainer  # noqa: F401
     except ImportError as err:
-        msg = f"verl is not importable ({err}); `make test` installs it (tests/requirements)"
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires it", pytrace=False)
-        pytest.skip(msg, allow_module_level=True)
+        skip_or_fail(f"verl is not importable ({err}); `make test` installs it "
+                     "(tests/requirements)", module=True)
 
 
 def require_nsys() -> str:
@@ -36,45 +79,46 @@ def require_nsys() -> str:
     if exe is None or version is None:
         msg = ("nsys not found on PATH" if exe is None
                else f"{exe} does not run (nsys --version failed)")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires Nsight Systems", pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail(f"{msg} (`make nsys` installs it: see NSYS_ON_CPU.md)")
     return exe
 
 
 @contextlib.contextmanager
 def local_ray_cluster(num_cpus: int) -> Iterator[None]:
     """A local Ray cluster of ``num_cpus`` logical CPUs (never one already running on the
-    machine); on exit, no nsys agent started meanwhile may be left orphaned."""
+    machine); on exit, no nsys agent of this session may be left orphaned."""
     import ray
 
-    from verlprof.backends.nsys.cli import list_agents
-
-    before = {a.pid for a in list_agents()}
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              logging_level="ERROR", log_to_driver=False)
     try:
         yield
     finally:
         ray.shutdown()
-    assert_no_leaked_agents(before)
+    assert_no_leaked_agents()
 
 
-def assert_no_leaked_agents(before, wait_s: float = 30.0) -> None:
-    """No ``nsys --start-agent`` started since ``before`` (a set of pids) is left orphaned.
+def session_agents(agents):
+    """Those of ``agents`` (``AgentProcess``) that this test session started."""
+    from verlprof.backends.nsys.procs import carries_env
+
+    return [a for a in agents if carries_env(a.pid, SESSION_ENV, SESSION)]
+
+
+def assert_no_leaked_agents(wait_s: float = 30.0) -> None:
+    """No ``nsys --start-agent`` this test session started is left orphaned.
 
     Agents of a run that just ended may take a few seconds to exit: wait for them, bounded.
-    Agents whose owning nsys is still alive belong to someone still running (another test
-    session on a shared machine) and are not ours to judge.
+    Other sessions' agents on a shared machine (orphaned or not) are not ours to judge.
     """
     import time
 
     from verlprof.backends.nsys.cli import list_agents, orphan_agents
 
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and [a for a in list_agents() if a.pid not in before]:
+    while time.monotonic() < deadline and session_agents(list_agents()):
         time.sleep(0.5)
-    leaked = [a for a in orphan_agents(0) if a.pid not in before]
+    leaked = session_agents(orphan_agents(0))
     assert not leaked, f"nsys agents left behind: {leaked}"
 
 
@@ -99,9 +143,6 @@ def require_chromium() -> str:
     if not works:
         msg = ("chromium not found on PATH" if exe is None
                else f"{exe} does not run (--version failed)")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires it (scripts/install_chromium.sh)",
-                        pytrace=False)
-        pytest.skip(f"{msg} (scripts/install_chromium.sh installs it)")
+        skip_or_fail(f"{msg} (`make chromium` installs it: scripts/install_chromium.sh)")
     assert exe is not None
     return exe

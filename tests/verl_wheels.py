@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Tuple
 
-import pytest
+from tests.helpers import skip_or_fail
 
 RELEASES: Tuple[str, ...] = ("0.4.1", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.9.1")
 """Every verl release verlprof reads the config of."""
@@ -32,9 +32,7 @@ def cache_dir() -> Path:
 
 
 def _unavailable(message: str) -> None:
-    if os.environ.get("CI", "").strip().lower() == "true":
-        pytest.fail(f"{message}; CI=true requires it", pytrace=False)
-    pytest.skip(message)
+    skip_or_fail(message)
 
 
 def wheel(version: str) -> Path:

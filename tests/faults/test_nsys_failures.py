@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.faults import harness
+from tests.helpers import mount_tmpfs
 from verlprof.errors import ConfigError, ProfilingRuntimeError
 from verlprof.runtime.preflight import preflight
 
@@ -103,19 +104,10 @@ def test_unwritable_output_dir(tmp_path):
     assert why == f"{blocker / 'profiling'} is not writable: Not a directory"
 
 
-def _mount_tmpfs(path, options):
-    path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}); "
-                    "the no-privilege variants of this check still ran")
-
-
 @pytest.mark.parametrize("kind", ["read-only", "full"])
 def test_read_only_or_full_filesystem(tmp_path, kind):
     mnt = tmp_path / "mnt"
-    _mount_tmpfs(mnt, "ro,size=4m" if kind == "read-only" else "size=256k")
+    mount_tmpfs(mnt, "ro,size=4m" if kind == "read-only" else "size=256k")
     try:
         if kind == "full":
             try:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import NSYS_SAFE_OPTS, require_nsys
+from tests.helpers import NSYS_SAFE_OPTS, require_nsys, skip_or_fail
 from verlprof.backends.nsys import cli as nsys_cli
 from verlprof.backends.nsys.cli import (
     NsysExportError,
@@ -26,11 +25,11 @@ from verlprof.backends.nsys.cli import (
     export_sqlite,
     list_agents,
     marked_processes,
-    reap_orphan_agents,
     run_nsys,
     wait_for_reports,
 )
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN, nvtx_library_candidates
+from verlprof.backends.nsys.procs import OWNER_ENV
 from verlprof.backends.nsys.sqlite import (
     ReportReadError,
     read_cuda_kernels,
@@ -189,7 +188,8 @@ def test_one_window_has_no_ordinal_suffix(one_window):
 
 def test_ctypes_binding_records_in_domain(nsys_exe, tmp_path):
     if not any(os.path.exists(p) for p in nvtx_library_candidates() if p.startswith("/")):
-        pytest.skip("no libnvtx3interop/libnvToolsExt on this machine")
+        skip_or_fail("no libnvtx3interop/libnvToolsExt on this machine (setup.cfg's "
+                     "nvidia-nvtx-cu12 installs it)")
     res, info = _profile_app(nsys_exe, tmp_path, 2, repeat=2,
                              app_args=["--close-from-thread", "1"],
                              env_extra={"VERLPROF_NVTX_BACKEND": "ctypes"})
@@ -238,17 +238,17 @@ def test_run_nsys_timeout_kills_agent_and_app(nsys_exe, tmp_path):
     assert not [p for p in leftovers if os.path.exists(p)]
 
 
-def test_reap_orphan_agents_ends_agent_of_dead_cli(nsys_exe, tmp_path):
-    marker = uuid.uuid4().hex
-    _MARKERS.append(marker)
-    env = dict(os.environ, **{nsys_cli.MARKER_ENV: marker})
+def _orphaned_cli(nsys_exe, output: Path, marker: str, **extra_env: str):
+    """An ``nsys profile`` of a sleeping app whose CLI is killed once collecting: its agent
+    is left orphaned. Returns (cli pid, agents, capture streams they hold open)."""
+    env = dict(os.environ, **{nsys_cli.MARKER_ENV: marker}, **extra_env)
     cli = subprocess.Popen([nsys_exe, "profile", "-t", "nvtx,osrt", *NSYS_SAFE_OPTS, "-f",
-                            "true", "-o", str(tmp_path / "orphan"), sys.executable, "-c",
+                            "true", "-o", str(output), sys.executable, "-c",
                             "import time; time.sleep(60)"], env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    temps = set()
     try:
-        deadline = time.monotonic() + 20
+        temps, mine = set(), []
+        deadline = time.monotonic() + 30
         while not temps and time.monotonic() < deadline:  # collecting: stream file open
             mine = [a for a in list_agents() if a.owner_pid == cli.pid]
             temps = nsys_cli._nsys_temp_files(a.pid for a in mine)
@@ -256,16 +256,45 @@ def test_reap_orphan_agents_ends_agent_of_dead_cli(nsys_exe, tmp_path):
         assert temps, "nsys never started collecting"
         assert all(a.ppid == 1 or a.ppid != cli.pid for a in mine)  # daemonised
         assert cli.pid not in {a.owner_pid for a in nsys_cli.orphan_agents(0)}, "live: no orphan"
-        os.kill(cli.pid, signal.SIGKILL)
-        cli.wait()
-        reaped = reap_orphan_agents(older_than_s=0)
-        assert {a.pid for a in mine} <= {a.pid for a in reaped}
-        assert not [a for a in list_agents() if a.owner_pid == cli.pid]
-        assert not [p for p in temps if os.path.exists(p)]  # its stream went with it
     finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
+        cli.kill()
+        cli.wait()
+    return cli.pid, mine, temps
+
+
+def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
+    """Issue 30: a run's teardown (settle_profilers) ends the agent its own profiler
+    orphaned, and leaves a foreign orphaned agent on the same machine (another job's nsys,
+    started outside any verlprof run) alone."""
+    from verlprof.runtime.teardown import settle_profilers
+
+    marker = uuid.uuid4().hex
+    _MARKERS.append(marker)
+    run_dir = str(tmp_path / "run")
+    temps: set = set()
+    try:
+        foreign_cli, foreign, foreign_temps = _orphaned_cli(nsys_exe, tmp_path / "foreign",
+                                                            marker)
+        temps |= foreign_temps
+        own_cli, own, own_temps = _orphaned_cli(nsys_exe, tmp_path / "own", marker,
+                                                **{OWNER_ENV: run_dir})
+        temps |= own_temps
+        orphans = {a.pid for a in nsys_cli.orphan_agents(0)}
+        assert {a.pid for a in foreign + own} <= orphans
+
+        problems = settle_profilers([own_cli], 10.0, run_dir)
+
+        assert problems == [f"ended orphaned nsys agent pid {a.pid}" for a in own]
+        assert not [a for a in list_agents() if a.owner_pid == own_cli]
+        assert not [p for p in own_temps if os.path.exists(p)]  # its stream went with it
+        survivors = {a.pid for a in list_agents() if a.owner_pid == foreign_cli}
+        assert survivors == {a.pid for a in foreign}, "another job's agent was ended"
+        assert all(os.path.exists(p) for p in foreign_temps)
+        # nothing more of ours; the foreign CLI's pid alone does not make its agent ours
+        assert settle_profilers([own_cli], 1.0, run_dir) == []
+        assert settle_profilers([foreign_cli], 1.0, run_dir) == []
+        assert {a.pid for a in list_agents() if a.owner_pid == foreign_cli} == survivors
+    finally:
         killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
         for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
             if os.path.exists(p):

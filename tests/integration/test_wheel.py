@@ -25,7 +25,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.helpers import require_verl
+from tests.helpers import require_verl, skip_or_fail
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def _run(argv: List[str], cwd: Path, env: Dict[str, str], timeout: float = 240.0
 def installed(tmp_path_factory):
     """(wheel, venv, environment): the wheel built and installed with its dependencies."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs a git checkout to know which files a clone holds")
+        skip_or_fail("needs git and a git checkout to know which files a clone holds")
     base = tmp_path_factory.mktemp("wheel")
     src, dist, venv = base / "src", base / "dist", base / "venv"
     for rel in _checkout_files():  # build from a copy: no build/ or egg-info in the checkout

@@ -37,7 +37,8 @@ def test_selected_rank_is_wrapped_with_real_interpreter_and_env_merged():
     env = worker_options(plan, "actor_rollout_ref", 1, {"env_vars": {"A": "1"}})["runtime_env"]
     argv = shlex.split(env["py_executable"])
     assert argv[:2] == ["nsys", "profile"] and argv[-1] == sys.executable
-    assert env["env_vars"] == {"A": "1", "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+    assert env["env_vars"] == {"A": "1", "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0",
+                               "VERLPROF_NSYS_OWNER": "/tmp/o dir"}
     assert "--output=/tmp/o dir/.raw/actor_rollout_ref/rank1/actor_rollout_ref_rank1_%p" in argv
 
 

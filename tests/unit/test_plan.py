@@ -45,7 +45,9 @@ def test_whole_step_one_window_per_step_and_exact_repeat():
                                     "actor_rollout_ref_rank1_%p")
     assert proc.reports[2].path == ("step0005/actor_rollout_ref/rank1/"
                                     "actor_rollout_ref_step5_rank1_{host}_{pid}.nsys-rep")
-    assert proc.launch_env == {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+    # the output directory marks the run's nsys (and its agents) as its own (teardown)
+    assert proc.launch_env == {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0",
+                               "VERLPROF_NSYS_OWNER": "/out"}
 
 
 def test_window_after_follows_the_order_of_step_windows():
@@ -138,7 +140,7 @@ def test_gpu_defaults_to_cuda_trigger_without_cpu_workarounds():
     plan = build_plan(config(actor=comp([0])), GPU4)
     argv = plan.process("actor_rollout_ref", 0).launch_argv
     assert "--capture-range=cudaProfilerApi" in argv and "--sample=none" not in argv
-    assert plan.process("actor_rollout_ref", 0).launch_env == {}
+    assert plan.process("actor_rollout_ref", 0).launch_env == {"VERLPROF_NSYS_OWNER": "/out"}
 
 
 def test_trace_without_nvtx_is_an_error():

@@ -12,6 +12,7 @@ import os
 import pytest
 from rich.console import Console
 
+from tests.helpers import require_node
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
@@ -217,13 +218,11 @@ console.log(JSON.stringify({bars: bars.length,
 
 
 def test_html_script_draws_every_bar(tmp_path):
-    """Run the page's JavaScript under node with a tiny DOM stub (skipped without node)."""
-    import shutil
+    """Run the page's JavaScript under node with a tiny DOM stub (tests/helpers.py's
+    require_node: skipped without node, a failure under CI=true)."""
     import subprocess
 
-    node = shutil.which("node") or shutil.which("nodejs")
-    if node is None:
-        pytest.skip("node not installed")
+    node = require_node()
     summary = analyse(str(tmp_path), fake_manifest(tmp_path), synthetic())
     from verlprof.report.timeline import build_timeline
     from verlprof.report.timeline_html import write_html

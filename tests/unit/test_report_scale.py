@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from benchmarks.report_scale import SLOW_NODE, SLOW_RANK, scale_load
+from tests.helpers import require_node
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
@@ -199,14 +200,11 @@ def test_scale_html_lists_bands_not_ranks(scale):
 
 def test_scale_html_script_draws_bands_and_outliers(scale, tmp_path):
     """The page's JavaScript under node (tests/unit/test_report_outputs.py's DOM stub)."""
-    import shutil
     import subprocess
 
     from tests.unit.test_report_outputs import NODE_DOM_STUB
 
-    node = shutil.which("node") or shutil.which("nodejs")
-    if node is None:
-        pytest.skip("node not installed")
+    node = require_node()
     out = subprocess.run([node, "-e", NODE_DOM_STUB, scale.paths["timeline.html"]],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

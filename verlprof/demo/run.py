@@ -106,7 +106,7 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
                 # (Ray #60904)
                 done = runner.__ray_terminate__.remote()
                 ray.wait([done], timeout=60)
-                _settle_controller(who)
+                _settle_controller(who, plan.output_dir)
     except BaseException:
         if guard.received == signal.SIGTERM:  # also before the run started
             raise ProfilingTerminated(signal.SIGTERM) from None
@@ -135,12 +135,12 @@ def _stop_controller(run: Any, who: Optional[ProcessIdentity], bound_s: float,
         ray.wait([run], timeout=bound_s)
 
 
-def _settle_controller(who: Optional[ProcessIdentity]) -> None:
+def _settle_controller(who: Optional[ProcessIdentity], output_dir: str) -> None:
     """Wait for the controller's own profiler (if any) to finish writing and exit."""
     from verlprof.runtime.teardown import settle_on_nodes
 
     if who is not None and who.profiler_pid:
-        for problem in settle_on_nodes({who.node_id: [who.profiler_pid]}, 60.0):
+        for problem in settle_on_nodes({who.node_id: [who.profiler_pid]}, 60.0, output_dir):
             print(f"verlprof: {problem}", flush=True)
 
 

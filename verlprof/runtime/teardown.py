@@ -3,8 +3,9 @@
 When a profiled worker exits, its ``nsys profile`` parent still has work to do (and its agent
 after it). ``ray.shutdown()`` in that gap kills nsys mid-write (Ray issue #60904) and leaves
 ``nsys --start-agent`` processes behind. :func:`settle_profilers` runs on each node (a Ray task
-pinned there) and waits, bounded, for the given profiler pids to exit, then ends agents whose
-owning nsys is gone.
+pinned there) and waits, bounded, for the given profiler pids to exit, then ends the agents
+those profilers left behind: only the run's own (marked with its output directory, see
+:mod:`verlprof.backends.nsys.procs`), never another job's on the same node.
 
 A tool that writes its output when the process exits (rocprof-sys) is collected afterwards:
 :func:`exit_outputs_on_nodes` waits on each process's node until it has exited and lists the
@@ -37,25 +38,27 @@ def alive(pid: int) -> bool:
         return False
 
 
-def settle_profilers(pids: Sequence[int], timeout_s: float) -> List[str]:
-    """Wait until every pid has exited; end orphaned nsys agents; return problems, one a line."""
+def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str) -> List[str]:
+    """Wait until every pid has exited; end the nsys agents they orphaned (marked with
+    ``owner``, the run's output directory); return problems, one a line."""
     deadline = time.monotonic() + timeout_s
     waiting = [p for p in pids if alive(p)]
     while waiting and time.monotonic() < deadline:
         time.sleep(POLL_S)
         waiting = [p for p in waiting if alive(p)]
     problems = [f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting]
-    problems += [f"ended orphaned nsys agent pid {a.pid}" for a in reap_orphan_agents(0)]
+    problems += [f"ended orphaned nsys agent pid {a.pid}" for a in reap_orphan_agents(pids, owner)]
     return problems
 
 
-def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float) -> List[str]:
+def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float,
+                    owner: str) -> List[str]:
     """:func:`settle_profilers` on each node, in parallel, through Ray."""
     import ray
 
     if not pids_by_node:
         return []
-    refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s)
+    refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s, owner)
             for node, pids in pids_by_node.items()]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
     problems = [line for result in ray.get(ready) for line in result]

@@ -23,6 +23,14 @@ _PREFLIGHT_OK: set = set()
 """Launch argvs (output options stripped) that passed a dry run in this process."""
 
 
+def _owner_env(config: ProfilingConfig) -> dict:
+    """Marks every nsys this run starts (and the agents they leave) as the run's own, so its
+    teardown ends those and never another job's (:mod:`verlprof.backends.nsys.procs`)."""
+    from verlprof.backends.nsys.procs import OWNER_ENV
+
+    return {OWNER_ENV: config.output_dir}
+
+
 class NsysBackend(Backend):
     name = "nsys"
     has_reader = True
@@ -48,7 +56,8 @@ class NsysBackend(Backend):
                          windows=windows, output=paths.raw_prefix(config.output_dir, group.name,
                                                                   rank),
                          cpu_only=not topology.cuda, warnings=warnings)
-        return Launch(argv=argv, env=dict(NSYS_NVTX_ENV) if trigger == "nvtx" else {})
+        env = dict(NSYS_NVTX_ENV) if trigger == "nvtx" else {}
+        return Launch(argv=argv, env={**env, **_owner_env(config)})
 
     def controller_launch(self, config: ProfilingConfig, topology: Topology, windows: int,
                           warnings: List[str]) -> Optional[Launch]:
@@ -63,7 +72,7 @@ class NsysBackend(Backend):
                          flags=config.nsys.controller_flags, options_key=key, trigger="nvtx",
                          windows=windows, output=paths.controller_prefix(config.output_dir),
                          cpu_only=not topology.cuda, warnings=warnings)
-        return Launch(argv=argv, env=dict(NSYS_NVTX_ENV))
+        return Launch(argv=argv, env={**NSYS_NVTX_ENV, **_owner_env(config)})
 
     def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
         """Each distinct launch command gets a bounded trial run of ``python -c pass``; a

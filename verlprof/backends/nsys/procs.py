@@ -15,10 +15,18 @@ Processes of one ``nsys profile`` run
     the CLI's process group. Agents of other runs are never touched.
 
 Orphaned agents
-    PPID 1 alone does not make an agent orphaned (see above). :func:`reap_orphan_agents` ends
-    agents whose owning CLI, named by the PID at the end of ``--session-name=profile-*-<pid>``,
-    is gone (or that PID now belongs to a younger, non-nsys process). Agents whose session name
-    carries no PID (``nsys launch --session-new=NAME``) cannot be attributed and are left alone.
+    PPID 1 alone does not make an agent orphaned (see above). An agent is orphaned when its
+    owning CLI, named by the PID at the end of ``--session-name=profile-*-<pid>``, is gone (or
+    that PID now belongs to a younger, non-nsys process). Agents whose session name carries no
+    PID (``nsys launch --session-new=NAME``) cannot be attributed and are left alone.
+
+Whose agents a run may end
+    Another job on the node (another user, another CI job, another verlprof run) may have
+    orphaned agents of its own: they are not ours to end. Every nsys a verlprof run starts has
+    :data:`OWNER_ENV` set to the run's output directory in its launch environment (one live run
+    per directory: :mod:`verlprof.runtime.ownership`), and the agent inherits it.
+    :func:`reap_orphan_agents` ends an orphaned agent only when its owning CLI is one of the
+    profilers the run recorded *and* its environment carries the run's :data:`OWNER_ENV`.
 """
 
 from __future__ import annotations
@@ -29,10 +37,14 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
+from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
 MARKER_ENV = "VERLPROF_NSYS_RUN"
 """Environment variable carrying a per-call marker into every process an nsys call starts."""
+
+OWNER_ENV = "VERLPROF_NSYS_OWNER"
+"""Environment variable in the launch of every nsys a verlprof run starts: the run's output
+directory. Its agents inherit it; teardown ends only orphaned agents that carry its value."""
 
 DEFAULT_KILL_GRACE_S = 2.0
 """Seconds between SIGTERM and SIGKILL when ending a timed-out run."""
@@ -96,22 +108,23 @@ def proc_age_s(info: ProcInfo) -> float:
     return max(0.0, _uptime_s() - info.start_ticks / _CLK_TCK)
 
 
-def _has_marker(pid: int, needle: bytes) -> bool:
+def carries_env(pid: int, name: str, value: str) -> bool:
+    """Whether process ``pid`` was started with ``name=value`` in its environment (False
+    when it is gone or belongs to another user: unreadable)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             env = fh.read()
     except OSError:
         return False
-    return needle in env.split(b"\0")
+    return f"{name}={value}".encode() in env.split(b"\0")
 
 
 def marked_processes(marker: str) -> List[int]:
     """Live (non-zombie) processes whose environment has ``MARKER_ENV=marker``."""
-    needle = f"{MARKER_ENV}={marker}".encode()
     me = os.getpid()
     out = []
     for pid in _pids():
-        if pid == me or not _has_marker(pid, needle):
+        if pid == me or not carries_env(pid, MARKER_ENV, marker):
             continue
         info = proc_info(pid)
         if info is not None and info.state not in ("Z", "X"):
@@ -217,16 +230,22 @@ def orphan_agents(older_than_s: float = 60.0) -> List[AgentProcess]:
     return [a for a in list_agents() if a.age_s >= older_than_s and not _owner_alive(a)]
 
 
-def reap_orphan_agents(older_than_s: float = 60.0, grace_s: float = DEFAULT_KILL_GRACE_S,
-                       dry_run: bool = False) -> List[AgentProcess]:
-    """End :func:`orphan_agents` (SIGTERM, then SIGKILL after ``grace_s``); return them.
+def reap_orphan_agents(profiler_pids: Collection[int], owner: str,
+                       grace_s: float = DEFAULT_KILL_GRACE_S) -> List[AgentProcess]:
+    """End the orphaned agents of one run (SIGTERM, then SIGKILL after ``grace_s``); return
+    them.
 
-    Only agents attributable to a dead CLI (``--session-name=profile-*-<pid>``) are ended; a
-    live run's agent also has PPID 1, so PPID alone is never the criterion. The
-    ``nsys-report-*.qdstrm`` capture streams those agents held open are deleted with them.
+    An agent is ended only when its owning CLI (``--session-name=profile-*-<pid>``) is one of
+    ``profiler_pids`` (the nsys processes that wrapped the run's processes) and is gone, and
+    the agent's environment carries ``OWNER_ENV=owner``: another job's agents, orphaned or
+    not, are never touched. A live run's agent also has PPID 1, so PPID alone is never the
+    criterion. The ``nsys-report-*.qdstrm`` capture streams those agents held open are deleted
+    with them.
     """
-    victims = orphan_agents(older_than_s)
-    if victims and not dry_run:
+    wanted_owners = set(profiler_pids)
+    victims = [a for a in orphan_agents(0) if a.owner_pid in wanted_owners
+               and carries_env(a.pid, OWNER_ENV, owner)]
+    if victims:
         wanted = {a.pid for a in victims}
         streams = _nsys_temp_files(wanted)
 
