@@ -195,10 +195,10 @@ def test_a_pool_verl_built_with_a_reference_policy_is_planned_again(verl_config,
         warned = [w for w in bridge.controller._warnings if w.startswith("verl built")]
         assert warned == ["verl built global_pool with roles actor/rollout/ref/critic on 2 "
                           "rank(s); the config predicted actor/rollout/critic on 2: planned "
-                          "again on the pools verl built (1 process(es) profiled)"]
+                          "again on the pools verl built (2 process(es) profiled)"]  # and replica 0
         # a pool the config did not predict, selecting nothing: a group of the plan, unplanned
         assert bridge.groups.group_of(BuiltGroup("uvw", ("rm",), 1)) == "reward_pool"
-        assert [p.group for p in bridge.plan.processes] == ["global_pool"]
+        assert [p.group for p in bridge.plan.processes] == ["global_pool", "rollout_replicas"]
         # a pool too small for the selected rank: one line naming the key
         with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.profiler.ranks"):
             bridge._replan(BuiltGroup("q", built, 1), "global_pool")
