@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 if TYPE_CHECKING:
     import argparse
 
-# argparse, verlprof.errors and verlprof.safe_text load in the functions that use them: a
-# `verlprof report` of an unchanged run prints its kept summary before any of them is needed
-# (verlprof.report.warm)
+# argparse, verlprof.errors and verlprof.safe_text load in the functions that use them
 
 EXIT_USAGE = 2
 
