@@ -136,7 +136,7 @@ def _node_reader(node: str, directory: str, relpath: str) -> Callable[[int], byt
 
 def _fetch_over_ray(read: Callable[[int], bytes], target: str) -> None:
     """Copy a file from another node, chunk by chunk (``read(offset)``), then rename it."""
-    partial = target + ".part"
+    partial = target + paths.PART_SUFFIX
     offset = 0
     with open(partial, "wb") as handle:
         while True:
