@@ -21,6 +21,7 @@ from verlprof.plan.model import (
     ROLE_PHASES,
     ControllerPlan,
     FinishHookPlan,
+    PlanInputs,
     ProcessPlan,
     ProfilePlan,
     Report,
@@ -81,7 +82,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                          finalize_timeout_s=config.finalize_timeout_s,
                          existing_run=config.existing_run),
         finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release,
-        disabled_reason="" if config.enabled else config.disabled_reason)
+        disabled_reason="" if config.enabled else config.disabled_reason,
+        built_from=PlanInputs(config=config, topology=topology))
 
 
 def _has_windows(config: ProfilingConfig, roles: Tuple[str, ...], mode: Mode,
