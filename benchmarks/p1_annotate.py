@@ -6,6 +6,9 @@ what every rank not in ``profile_ranks`` runs) and a selected rank between its w
 repeated ``rounds`` times; medians. The peer, verl's ``DistProfiler.annotate`` with verl's
 default (profiling off) profiler, is measured in the same process as a bare method and
 verlprof's wrapper, in the peer environment (:mod:`benchmarks.peer`).
+
+The goal is the peer's alone (issue 30): verlprof's added cost per call, off, at most 1/20 of
+verl's. The ratio to a bare call is reported without a goal.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from typing import Dict, List
 from benchmarks.common import ROOT, Result, interleave, median
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
-GOAL = 2.0
 PEER_GOAL = 1 / 20
 
 
@@ -69,7 +71,7 @@ def run(number: int = 1_000_000, rounds: int = 9) -> Result:
     ratio = med["off_unselected"] / med["bare"]
     between = med["off_configured"] / med["bare"]
     return Result(
-        "P1 annotate, profiling off (unselected rank) vs bare method", ratio, GOAL,
+        "P1 annotate, profiling off (unselected rank) vs bare method", ratio, None,
         details=[
             f"bare method: {med['bare']:.1f} ns/call; annotated, unselected rank: "
             f"{med['off_unselected']:.1f} ns/call (+{med['off_unselected'] - med['bare']:.1f} "

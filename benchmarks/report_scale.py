@@ -16,7 +16,7 @@ import io
 import os
 import tempfile
 import time
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 from benchmarks.common import Result, median
 
@@ -39,10 +39,17 @@ SLOW_RANK = ("actor_train", 517, 1.8)
 """(group, rank, factor): one rank slow in every step."""
 
 
-def scale_load(ranks: int = 1024, steps: int = 3,
-               components: Sequence[Tuple[str, str, str, int]] = COMPONENTS):
-    """A LoadResult of ``ranks`` ranks per component, ``steps`` steps, the planted
-    stragglers above, the controller's own phase ranges and one capture window per report."""
+def synthetic_load(components: Sequence[Tuple[str, str, str, int]], ranks: int, steps: int,
+                   duration: Callable[[int, str, int, str, int], int], *,
+                   offset: Callable[[int], int] = lambda rank: 2 * MS,
+                   controller_extra_ms: int, gap_ms: int, step_gap_ms: int,
+                   ranks_per_node: int, margin_ms: int = 0, problems: Sequence[Any] = ()):
+    """A LoadResult as the report's loader returns it: per step, each component (group, role,
+    phase, base ms) in turn, on ``ranks`` ranks (``duration(step, group, rank, phase, base)``
+    ns, starting ``offset(rank)`` ns into the component), the controller's own phase range
+    around each, the step spans and one capture window per group and rank. The maker of both
+    this benchmark's records and the unit tests' synthetic report (tests/unit/
+    test_report_outputs.py)."""
     from verlprof.report.model import LoadResult, PhaseRecord, StepSpan, Window
 
     records: List[PhaseRecord] = []
@@ -53,25 +60,40 @@ def scale_load(ranks: int = 1024, steps: int = 3,
         for group, role, phase, base in components:
             longest = 0
             records.append(PhaseRecord(step, "controller", 0, "controller", phase, t,
-                                       t + (base + 300) * MS))
+                                       t + (base + controller_extra_ms) * MS))
             for rank in range(ranks):
-                dur = base * MS * (1000 + (rank * 37) % 97) // 1000
-                if group == SLOW_NODE[0] and rank in SLOW_NODE[1] and step == SLOW_NODE[2]:
-                    dur = int(dur * SLOW_NODE[3])
-                if (group, rank) == SLOW_RANK[:2]:
-                    dur = int(dur * SLOW_RANK[2])
-                start = t + (2 + (rank * 13) % 7) * MS
+                dur = duration(step, group, rank, phase, base)
+                start = t + offset(rank)
                 records.append(PhaseRecord(step, group, rank, role, phase, start, start + dur,
-                                           host=f"node{rank // 8}",
+                                           host=f"node{rank // ranks_per_node}",
                                            report_path=f"step{step:04d}/{group}/rank{rank}/r"))
                 longest = max(longest, start + dur - t)
-            t += longest + 20 * MS
+            t += longest + gap_ms * MS
         spans.append(StepSpan(step, step_start, t, "controller"))
-        windows += [Window(group, rank, step_start - 5 * MS, t + 5 * MS)
-                    for group, _, _, _ in components for rank in range(ranks)]
-        t += 3000 * MS
+        windows += [Window(group, rank, step_start - margin_ms * MS, t + margin_ms * MS)
+                    for group in dict.fromkeys(c[0] for c in components)
+                    for rank in range(ranks)]
+        t += step_gap_ms * MS
     return LoadResult(records=tuple(records), steps=tuple(spans), windows=tuple(windows),
-                      problems=())
+                      problems=tuple(problems))
+
+
+def scale_load(ranks: int = 1024, steps: int = 3,
+               components: Sequence[Tuple[str, str, str, int]] = COMPONENTS):
+    """A LoadResult of ``ranks`` ranks per component, ``steps`` steps, the planted
+    stragglers above, the controller's own phase ranges and one capture window per report."""
+
+    def duration(step: int, group: str, rank: int, phase: str, base: int) -> int:
+        dur = base * MS * (1000 + (rank * 37) % 97) // 1000
+        if group == SLOW_NODE[0] and rank in SLOW_NODE[1] and step == SLOW_NODE[2]:
+            dur = int(dur * SLOW_NODE[3])
+        if (group, rank) == SLOW_RANK[:2]:
+            dur = int(dur * SLOW_RANK[2])
+        return dur
+
+    return synthetic_load(components, ranks, steps, duration,
+                          offset=lambda rank: (2 + (rank * 13) % 7) * MS, controller_extra_ms=300,
+                          gap_ms=20, step_gap_ms=3000, ranks_per_node=8, margin_ms=5)
 
 
 def summarise_and_render(load, out_dir: str) -> None:

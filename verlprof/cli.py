@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 if TYPE_CHECKING:
     import argparse
 
-# argparse, verlprof.errors and verlprof.safe_text load in the functions that use them: a
-# `verlprof report` of an unchanged run prints its kept summary before any of them is needed
-# (verlprof.report.warm)
+# argparse, verlprof.errors and verlprof.safe_text load in the functions that use them
 
 EXIT_USAGE = 2
 
@@ -98,16 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    given = sys.argv[1:] if argv is None else list(argv)
-    if given[:1] == ["report"]:  # an unchanged run's summary, before any heavy import
-        from verlprof.report.warm import replay
-
-        replayed = replay(given[1:])
-        if replayed is not None:
-            return replayed
-    args = _parser().parse_args(given)
-    if args.command == "report":
-        args.replay_argv = given[1:]
+    args = _parser().parse_args(argv)
     from verlprof.errors import ConfigError, ProfilingRuntimeError
     from verlprof.runtime.signals import ProfilingTerminated
 

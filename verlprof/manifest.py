@@ -177,7 +177,7 @@ def write_manifest(manifest: Manifest, output_dir: str) -> str:
     """Write atomically (temp file + rename), so a reader never sees half a manifest."""
     os.makedirs(output_dir, exist_ok=True)
     target = os.path.join(output_dir, paths.MANIFEST_NAME)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=output_dir)
+    fd, tmp = tempfile.mkstemp(prefix=paths.MANIFEST_TMP_PREFIX, dir=output_dir)
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(manifest.to_dict(), handle, indent=2, sort_keys=False)

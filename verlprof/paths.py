@@ -7,7 +7,17 @@ path verlprof writes is built by a function of this module::
       manifest.json
       controller/controller_<host>_<pid>[.<n>].nsys-rep
       step<SSSS>[-<SSSS>]/<component>/rank<R>/<name><ext>
-      summary/summary.csv, summary.md, timeline.png, timeline.html
+      summary/summary.csv, summary.md, timeline.png, timeline.html, timeline_steps.png
+
+and, hidden, what a run keeps while it runs (each named here, listed in docs/user_guide.md)::
+
+      .raw/<group>/rank<R>/     reports as written, before collection moves them
+      .verlprof.lock            which run owns the directory (verlprof.runtime.run_lock)
+      .verlprof.lock.takeover   held while a stale lock is replaced
+      .verlprof-reserve         room held for the manifest until the run ends (verlprof.storage)
+      .verlprof-probe-<pid>     a write test, removed at once
+      .manifest.*               the manifest being written, renamed at once
+      <report>.part             a report being copied to its contract path
 
 ``<component>`` is the worker group for whole-step reports (``actor_rollout_ref``) and
 ``<role>.<phase>`` for discrete ones (``actor.update_actor``). ``<name>`` comes from the
@@ -29,6 +39,18 @@ CONTROLLER_OUTPUT_FORMAT = "controller_%h_%p"
 SUMMARY_DIR = "summary"
 RAW_DIR = ".raw"
 """Where profiled processes write before collection renames their reports."""
+LOCK_NAME = ".verlprof.lock"
+"""The run lock: the run that owns the output directory."""
+TAKEOVER_SUFFIX = ".takeover"
+"""Added to the lock's path: the marker of a process that replaces a stale lock."""
+RESERVE_NAME = ".verlprof-reserve"
+"""Room held for the manifest from the run's start until the manifest is written."""
+PROBE_FORMAT = ".verlprof-probe-{pid}"
+"""A file written and removed at once to test that the directory takes writes."""
+MANIFEST_TMP_PREFIX = ".manifest."
+"""The manifest is written to a temporary file of this prefix, then renamed."""
+PART_SUFFIX = ".part"
+"""A report being copied to its contract path, renamed once whole."""
 
 STEP_DIR_FORMAT = "step{first:04d}"
 STEP_RANGE_DIR_FORMAT = "step{first:04d}-{last:04d}"
@@ -99,6 +121,11 @@ def raw_prefix(output_dir: str, group: str, rank: int) -> str:
     """nsys ``-o`` value for a worker: ``<raw_dir>/<group>_rank<R>_%p``."""
     return os.path.join(raw_dir(output_dir, group, rank),
                         RAW_PREFIX_FORMAT.format(group=sanitize(group), rank=rank))
+
+
+def probe_path(directory: str) -> str:
+    """This process's write-test file in ``directory``."""
+    return os.path.join(directory, PROBE_FORMAT.format(pid=os.getpid()))
 
 
 def controller_prefix(output_dir: str) -> str:

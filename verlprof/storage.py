@@ -16,12 +16,10 @@ import shutil
 from typing import Optional
 
 from verlprof.manifest import free_space
+from verlprof.paths import RESERVE_NAME, probe_path
 
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less free space than this counts as full: no report fits any more."""
-
-RESERVE_NAME = ".verlprof-reserve"
-"""The file in output_dir that holds the manifest's room until finalize."""
 
 RESERVE_PER_REPORT_BYTES = 2048
 """Room per planned report (an entry of manifest.json is well under 1 KiB)."""
@@ -41,7 +39,7 @@ def write_problem(directory: str) -> Optional[str]:
         return f"{directory}: {err.strerror or err}"
     if free < FULL_BELOW_BYTES:
         return f"{directory}: {os.strerror(errno.ENOSPC)} ({free_space(directory)})"
-    probe = os.path.join(directory, f".verlprof-probe-{os.getpid()}")
+    probe = probe_path(directory)
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -34,7 +34,7 @@ def test_machine_names_every_version():
 
 def test_p1_runs_at_tiny_size():
     result = p1_annotate.run(number=2000, rounds=1)
-    assert result.ratio is not None and result.ratio > 0 and result.verdict in ("PASS", "MISS")
+    assert result.ratio is not None and result.ratio > 0 and result.verdict == "INFO"
     assert len(result.details) == 2
 
 

@@ -12,17 +12,16 @@ import os
 import pytest
 from rich.console import Console
 
+from benchmarks.report_scale import MS, T0, synthetic_load
 from tests.helpers import require_node
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
 from verlprof.report.cli import main as report_main
-from verlprof.report.model import LoadResult, PhaseRecord, Problem, StepSpan, Window
+from verlprof.report.model import Problem
 from verlprof.report.summary import analyse, write_outputs
 from verlprof.report.timeline import build_timeline
 
-MS = 1_000_000
-T0 = 1_790_000_000 * 10**9
 # (group, role, phase, ms) in the order a PPO step runs them
 PPO = (("actor_rollout_ref", "rollout", "generate_sequences", 300),
        ("actor_rollout_ref", "actor", "compute_log_prob", 80),
@@ -39,31 +38,13 @@ def _read(path, mode="r"):
 
 
 def synthetic(ranks=8, steps=3, straggler=(2, "critic", 5, "update_critic")):
-    records, spans, windows = [], [], []
-    t = T0
-    for step in range(1, steps + 1):
-        step_start = t
-        for group, role, phase, ms in PPO:
-            longest = 0
-            records.append(PhaseRecord(step, "controller", 0, "controller", phase, t,
-                                       t + (ms + 40) * MS))
-            for rank in range(ranks):
-                dur = (ms + 3 * rank) * MS
-                if (step, group, rank, phase) == straggler:
-                    dur = 3 * ms * MS
-                start = t + 2 * MS
-                records.append(PhaseRecord(step, group, rank, role, phase, start, start + dur,
-                                           report_path=f"step{step:04d}/{group}/rank{rank}/x",
-                                           host=f"node{rank // 4}"))
-                longest = max(longest, dur)
-            t += longest + 10 * MS
-        spans.append(StepSpan(step, step_start, t, "controller"))
-        for group in ("actor_rollout_ref", "critic", "rm"):
-            windows += [Window(group, rank, step_start, t) for rank in range(ranks)]
-        t += 400 * MS
-    return LoadResult(records=tuple(records), steps=tuple(spans), windows=tuple(windows),
-                      problems=(Problem("missing", (3,), "rm", 7, "rm", "step0003/rm/rank7/x",
-                                        "process died"),))
+    def duration(step, group, rank, phase, ms):
+        return 3 * ms * MS if (step, group, rank, phase) == straggler else (ms + 3 * rank) * MS
+
+    return synthetic_load(PPO, ranks, steps, duration, controller_extra_ms=40, gap_ms=8,
+                          step_gap_ms=400, ranks_per_node=4,
+                          problems=(Problem("missing", (3,), "rm", 7, "rm", "step0003/rm/rank7/r",
+                                            "process died"),))
 
 
 def fake_manifest(out):

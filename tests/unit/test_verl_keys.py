@@ -133,13 +133,17 @@ def test_critic_block_ignored_by_verl_080_is_honoured_with_a_warning():
     assert not any(w.startswith("critic.profiler:") for w in warnings(V091))
 
 
-def test_a_served_reward_model_cannot_be_selected():
+def test_a_served_reward_model_is_selected_as_replicas():
+    """verl 0.7.0's reward loop and 0.8+ serve the reward model: selecting it profiles the
+    replicas that own the selected ranks (it used to be refused)."""
     cfg = cfg_with(V091, reward_model={"profiler": {"enable": True, "ranks": [0]}})
-    assert error(cfg).startswith("reward_model.profiler.ranks: verl 0.9.1 serves the reward "
-                                 "model from LLM servers outside its worker groups")
+    p = plan(cfg)  # verl 0.9.1 with its reward model off: nothing of it is deployed
+    assert not [x for x in p.processes if x.group == "reward_replicas"]
     cfg = cfg_with(v06(), reward_model={"enable": True, "use_reward_loop": True,
                                         "profiler": {"enable": True, "ranks": [0]}})
-    assert error(cfg).startswith("reward_model.profiler.ranks: verl 0.7.0 serves the reward")
+    p = plan(cfg)
+    assert [(x.group, x.rank, x.mode) for x in p.processes if x.group == "reward_replicas"] \
+        == [("reward_replicas", 0, "whole")]
     cfg = cfg_with(v06(), reward_model={"enable": True,
                                         "profiler": {"enable": True, "ranks": [0]}})
     p = plan(cfg)
@@ -255,7 +259,9 @@ def test_nsys_block_keys_are_honoured():
                             f"{GT}.nsys.worker_nsight_options": {"trace": "nvtx,osrt"},
                             f"{GT}.nsys.controller_nsight_options": {"trace": "nvtx"}})
     p = plan(cfg)
-    assert {proc.mode for proc in p.processes} == {"discrete"}
+    assert {proc.mode for proc in p.processes if proc.group == "global_pool"} == {"discrete"}
+    # a rollout replica has no annotated phase of its own: its windows are steps
+    assert {proc.mode for proc in p.processes if proc.group == "rollout_replicas"} == {"whole"}
     assert "--trace=nvtx,osrt" in p.processes[0].launch_argv
     assert "--trace=nvtx" in p.controller.launch_argv
 
@@ -292,7 +298,8 @@ def test_role_tool_other_than_global_is_refused():
 
 def test_role_enable_all_ranks_ranks_save_path():
     p = plan(cfg_with(V091, **{f"{A}.all_ranks": True, "critic.profiler.enable": False}))
-    assert [proc.rank for proc in p.processes] == [0, 1, 2, 3]
+    assert [(proc.group, proc.rank) for proc in p.processes] == [
+        *[("global_pool", r) for r in range(4)], *[("rollout_replicas", r) for r in range(4)]]
     assert any(w.startswith(f"ignored {A}.save_path (/x)") for w in warnings(
         cfg_with(V091, **{f"{A}.save_path": "/x"})))
 
@@ -409,7 +416,7 @@ def test_the_legacy_reward_model_block_in_090_is_read_with_a_warning():
                    reward_model={"enable": True, "enable_resource_pool": True, "nnodes": 1,
                                  "n_gpus_per_node": 2})
     loaded = load(cfg)
-    assert loaded.topology.groups[1].name == "reward_pool"
+    assert loaded.topology.groups[2].name == "reward_replicas"
     assert ("reward_model.enable: verl 0.9.1's main_ppo no longer reads the legacy "
             "reward_model block (only its fully_async entry point migrates it); verlprof reads "
             "it as verl 0.8.0 did: move it to reward.reward_model.enable") in loaded.warnings

@@ -18,7 +18,8 @@ def groups(cfg):
 
 
 def test_global_pool_hosts_actor_rollout_and_what_verl_uses():
-    assert groups(V091) == [("global_pool", ("actor", "rollout", "critic"), 4)]
+    assert groups(V091) == [("global_pool", ("actor", "rollout", "critic"), 4),
+                            ("rollout_replicas", ("rollout",), 4)]  # served, 1 GPU each
     kl = cfg_with(V091, **{"algorithm.use_kl_in_reward": True})
     assert groups(kl)[0][1] == ("actor", "rollout", "ref", "critic")
     no_critic = cfg_with(V091, **{"algorithm.adv_estimator": "grpo"})
@@ -57,18 +58,19 @@ def test_reward_model_from_reward_reward_model_when_the_legacy_block_is_null():
     cfg = cfg_with(V091, reward={"reward_model": {"enable": True, "enable_resource_pool": True,
                                                   "nnodes": 1, "n_gpus_per_node": 2}},
                    reward_model=legacy_nulls)
-    assert groups(cfg)[1] == ("reward_pool", ("rm",), 2)
+    assert groups(cfg)[2] == ("reward_replicas", ("rm",), 2)  # served on its own pool
     served = cfg_with(V091, reward={"reward_model": {"enable": True}}, reward_model=legacy_nulls)
     loaded = load(served)
-    assert [g.name for g in loaded.topology.groups] == ["global_pool"]
-    assert [(u.name, u.world_size) for u in loaded.topology.unprofiled] == [("reward_model", 4)]
+    assert groups(served)[1:] == [("rollout_replicas", ("rollout",), 4),
+                                  ("reward_replicas", ("rm",), 4)]  # on global_pool's GPUs
+    assert loaded.topology.unprofiled == ()
 
 
 def test_reward_model_from_the_legacy_block_when_it_is_set():
     cfg = cfg_with(V091, reward={"reward_model": {"enable": False}},
                    reward_model={"enable": True, "enable_resource_pool": True, "nnodes": 1,
                                  "n_gpus_per_node": 4})
-    assert groups(cfg)[1] == ("reward_pool", ("rm",), 4)
+    assert groups(cfg)[2] == ("reward_replicas", ("rm",), 4)
 
 
 def test_both_reward_model_blocks_set_differently_is_one_error_naming_both():
@@ -88,7 +90,8 @@ def test_distillation_teacher_is_listed_present_and_not_profiled():
     console = Console(file=io.StringIO(), width=300)
     render_plan(p, console)
     assert ("teacher_pool (distillation teacher, 8 ranks): present, not profiled: verl serves "
-            "it from LLM inference servers outside its worker groups") in \
+            "it from LLM inference servers, and no profiler block of verl's selects its "
+            "replicas") in \
         console.file.getvalue()
     off = cfg_with(v08(), distillation={"enabled": False, "nnodes": 0})
     assert load(off).topology.unprofiled == ()
@@ -114,6 +117,8 @@ def test_required_scenario_of_verl_091_own_ppo_trainer_keys():
                             "trainer.n_gpus_per_node": 8})
     p = plan(cfg)
     assert [(g.name, g.roles) for g in p.groups] == [
-        ("global_pool", ("actor", "rollout", "ref", "critic"))]
-    assert [(proc.rank, proc.selected_roles) for proc in p.processes] == [
-        (0, ("critic",)), (1, ("actor", "rollout", "ref"))]
+        ("global_pool", ("actor", "rollout", "ref", "critic")),
+        ("rollout_replicas", ("rollout",))]
+    assert [(proc.group, proc.rank, proc.selected_roles) for proc in p.processes] == [
+        ("global_pool", 0, ("critic",)), ("global_pool", 1, ("actor", "rollout", "ref")),
+        ("rollout_replicas", 1, ("rollout",))]  # the replica owning global rank 1

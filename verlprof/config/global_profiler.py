@@ -117,12 +117,7 @@ def read_global(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Global
 
     settings.hook = verl_keys.read_global_hook(gp, draft)
     key = f"{PREFIX}.global_tool_config"
-    tools = v.mapping(gp.get("global_tool_config"), key)
-    v.known_keys(tools, TOOL_SECTIONS, key)
-    for name in TOOL_SECTIONS:
-        block = v.mapping(tools.get(name), f"{key}.{name}")
-        if name in verl_keys.DEFAULTS:
-            verl_keys.check_unused_tool(block, f"{key}.{name}", name, draft)
+    tools = _tool_sections(gp.get("global_tool_config"), key, draft)
     nsys = v.mapping(tools.get("nsys"), f"{key}.nsys")
     v.known_keys(nsys, NSYS_GLOBAL_KEYS, f"{key}.nsys")
     settings.nsys_discrete = v.boolean(nsys.get("discrete"), f"{key}.nsys.discrete")
@@ -136,6 +131,18 @@ def read_global(value: Any, draft: Draft, trainer_tool: Optional[str]) -> Global
     settings.torch_discrete = v.boolean(torch.get("discrete"), f"{key}.torch.discrete")
     draft.torch_contents = _contents(torch.get("contents"), f"{key}.torch.contents")
     return settings
+
+
+def _tool_sections(value: Any, key: str, draft: Draft) -> Mapping[str, Any]:
+    """A ``global_tool_config`` or ``tool_config`` mapping: only known tool sections, and the
+    sections of tools verlprof does not run checked for settings that would be lost."""
+    tools = v.mapping(value, key)
+    v.known_keys(tools, TOOL_SECTIONS, key)
+    for name in TOOL_SECTIONS:
+        if name in verl_keys.DEFAULTS:
+            verl_keys.check_unused_tool(v.mapping(tools.get(name), f"{key}.{name}"),
+                                        f"{key}.{name}", name, draft)
+    return tools
 
 
 def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> RoleDraft:
@@ -157,12 +164,7 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
         if _norm(save_path) != _norm(output_dir) and gp.save_path != save_path:
             draft.warn(f"ignored {key}.save_path ({save_path}); every report goes to the "
                        f"output directory {output_dir}")
-    tool_config = v.mapping(block.get("tool_config"), f"{key}.tool_config")
-    v.known_keys(tool_config, TOOL_SECTIONS, f"{key}.tool_config")
-    for name in TOOL_SECTIONS:
-        sub = v.mapping(tool_config.get(name), f"{key}.tool_config.{name}")
-        if name in verl_keys.DEFAULTS:
-            verl_keys.check_unused_tool(sub, f"{key}.tool_config.{name}", name, draft)
+    tool_config = _tool_sections(block.get("tool_config"), f"{key}.tool_config", draft)
     nsys = v.mapping(tool_config.get("nsys"), f"{key}.tool_config.nsys")
     v.known_keys(nsys, NSYS_ROLE_KEYS, f"{key}.tool_config.nsys")
     role_nsys = v.optional_boolean(nsys.get("discrete"), f"{key}.tool_config.nsys.discrete")

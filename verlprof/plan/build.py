@@ -21,6 +21,7 @@ from verlprof.plan.model import (
     ROLE_PHASES,
     ControllerPlan,
     FinishHookPlan,
+    PlanInputs,
     ProcessPlan,
     ProfilePlan,
     Report,
@@ -68,7 +69,9 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                                                    selecting, mode, windows, window_time,
                                                    warnings))
         controller = _controller_plan(config, topology, backend, windows, warnings)
-    hook = _finish_hook(config, processes, warnings) if config.active else None
+    served = {g.name for g in topology.groups if g.served}  # finish_hook ranks are GPU ranks
+    hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
+        if config.active else None
     return ProfilePlan(
         enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
@@ -81,7 +84,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                          finalize_timeout_s=config.finalize_timeout_s,
                          existing_run=config.existing_run),
         finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release,
-        disabled_reason="" if config.enabled else config.disabled_reason)
+        disabled_reason="" if config.enabled else config.disabled_reason,
+        built_from=PlanInputs(config=config, topology=topology))
 
 
 def _has_windows(config: ProfilingConfig, roles: Tuple[str, ...], mode: Mode,

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 import dacite
 
 from verlprof.config.schema import ProfilingConfig
-from verlprof.config.topology import GroupTopology, UnprofiledGroup
+from verlprof.config.topology import GroupTopology, Topology, UnprofiledGroup
 from verlprof.records import (
     ExistingRun,
     Mode,
@@ -165,6 +165,14 @@ class FinishHookPlan:
 
 
 @dataclass(frozen=True)
+class PlanInputs:
+    """The arguments of ``build_plan`` (it is pure: they give the plan again)."""
+
+    config: ProfilingConfig
+    topology: Topology
+
+
+@dataclass(frozen=True)
 class ProfilePlan:
     """Everything that will be profiled, decided before the run starts."""
 
@@ -203,6 +211,10 @@ class ProfilePlan:
     disabled_reason: str = ""
     """Why profiling is off though steps may be set, naming the key
     (``trainer.profiler.enabled is false``); empty while profiling is on."""
+    built_from: Optional[PlanInputs] = field(default=None, compare=False)
+    """What ``build_plan`` was given: the same plan for another output directory is built
+    from it (:func:`verlprof.runtime.ownership.retarget`). Not compared: two configs that
+    give the same plan give equal plans."""
 
     @property
     def steps(self) -> Tuple[int, ...]:

@@ -5,10 +5,10 @@ rich and Pillow and building the thread pool. :func:`export_ahead` runs right af
 command line is parsed: it reads the manifest and starts, on threads of their own
 (:func:`verlprof.backends.nsys.cli.export_ahead`), the exports the first readers would start,
 as many as will read at once (``--jobs``, default one per core, within the memory budget).
-Those readers then wait for them instead of starting their own. Reports whose reads are cached
-(:mod:`verlprof.report.read_cache`) or whose export is up to date are left alone, and so is
-anything out of the ordinary (a read-only directory, a path outside the output directory, a
-manifest that cannot be read): the readers deal with those as before.
+Those readers then wait for them instead of starting their own. Reports whose export is up to
+date are left alone, and so is anything out of the ordinary (a read-only directory, a path
+outside the output directory, a manifest that cannot be read): the readers deal with those as
+before.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from verlprof import paths
 from verlprof.manifest import STATUS_INCOMPLETE, STATUS_OK, Manifest, read_manifest
 from verlprof.report.budget import budget_bytes, jobs_for, need
 from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S
-from verlprof.report.read_cache import ReadCache
 
 
 def export_ahead(output_dir: str, jobs: Optional[int] = None,
@@ -34,18 +33,16 @@ def export_ahead(output_dir: str, jobs: Optional[int] = None,
         return None
     limit = budget_bytes(None)
     wanted = []
-    cache = ReadCache(os.path.join(output_dir, paths.SUMMARY_DIR), output_dir)
-    for index, entry in enumerate(manifest.reports):
+    for entry in manifest.reports:
         if entry.backend != "nsys" or entry.status not in (STATUS_OK, STATUS_INCOMPLETE):
             continue
         try:
             full = paths.inside(output_dir, entry.path)
         except ValueError:
             continue
-        if os.path.isfile(full) and cache.get(full, entry.backend, index,
-                                              entry.window_start_ns) is None:
+        if os.path.isfile(full):
             wanted.append(full)
-    if not wanted:  # nothing to export: spare the nsys CLI module's import (a warm run)
+    if not wanted:  # nothing to export: spare the nsys CLI module's import
         return manifest
     from verlprof.backends.nsys.cli import export_ahead as start_export
     from verlprof.backends.nsys.cli import sqlite_path_for

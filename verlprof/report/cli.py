@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional
 
-from verlprof import paths
-from verlprof.report import warm
 from verlprof.report.stragglers import DEFAULT_MIN_EXCESS_MS, DEFAULT_THRESHOLD
 from verlprof.safe_text import visible
 
@@ -86,28 +83,7 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    """Summarise ``args.output_dir``; 0 on success, 2 with one line on stderr for a bad dir.
-    ``args.replay_argv`` (the arguments as typed, set by the CLI's entry points): what is
-    printed is kept for the next run of the same arguments (:mod:`verlprof.report.warm`)."""
-    argv = vars(args).pop("replay_argv", None)
-    if argv is None or warm.output_dir_of(argv) is None:
-        return _report(args, {})
-    out, err = sys.stdout, sys.stderr
-    seen: Dict[str, Any] = {"key": warm.key(argv)}  # before --memory-budget sets its variable
-    tee_out, tee_err = warm.Tee(out), warm.Tee(err)
-    sys.stdout, sys.stderr = tee_out, tee_err  # what rich and the progress write, kept
-    try:
-        code = _report(args, seen)
-    finally:
-        sys.stdout, sys.stderr = out, err
-    if code == EXIT_OK and "summary" in seen:
-        _keep(seen, tee_out.text(), tee_err.parts)
-    return code
-
-
-def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
-    """The report itself; fills ``seen`` (the summary, the inputs' states before) when the
-    directory is one run."""
+    """Summarise ``args.output_dir``; 0 on success, 2 with one line on stderr for a bad dir."""
     from verlprof.report.runs import report_runs
 
     several = report_runs(args, run_report_command)  # one summary per run, never mixed
@@ -118,22 +94,15 @@ def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
             from verlprof.report.budget import BUDGET_ENV, parse_size
 
             os.environ[BUDGET_ENV] = str(parse_size(args.memory_budget))
-        manifest_state = warm.state(os.path.join(args.output_dir, paths.MANIFEST_NAME))
         # the first exports start now and run while the rest loads (verlprof.report.ahead)
         from verlprof.report.ahead import export_ahead
 
         manifest = export_ahead(args.output_dir, args.jobs)
-        reports = _report_paths(args.output_dir, manifest)
-        before = warm.input_probes(args.output_dir, reports) if reports is not None else None
         from verlprof.report.summary import summarize
 
-        summary = summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
-                            min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
-                            jobs=args.jobs, picture=args.picture,
-                            per_step=getattr(args, "per_step", None))
-        if before is not None and before[0][1] == manifest_state:
-            seen.update(summary=summary, reports=reports, before=before,
-                        picture=args.picture)
+        summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
+                  min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
+                  jobs=args.jobs, picture=args.picture, per_step=getattr(args, "per_step", None))
     except ValueError as err:
         hint = ""
         if "no manifest here" in str(err):
@@ -148,45 +117,13 @@ def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def _report_paths(output_dir: str, manifest) -> Optional[List[str]]:
-    """Absolute paths of the reports ``manifest`` lists (None without a manifest)."""
-    if manifest is None:
-        return None
-    root = os.path.abspath(output_dir)
-    return [os.path.normpath(os.path.join(root, e.path)) for e in manifest.reports]
-
-
-def _keep(seen: Dict[str, Any], text: str, err_parts: List[str]) -> None:
-    """Keep what was printed when it may be printed again (:mod:`verlprof.report.warm`)."""
-    from verlprof.report import unchanged
-    from verlprof.report.model import PROBLEM_UNREADABLE
-
-    summary = seen["summary"]
-    reads = warm.progress_reads(err_parts)
-    if reads is None or any(p.kind == PROBLEM_UNREADABLE for p in summary.missing):
-        return  # a warning on stderr, or a read that may go otherwise next time
-    output_dir = summary.output_dir
-    if warm.input_probes(output_dir, seen["reports"]) != seen["before"]:
-        return  # a report or the manifest changed while it was read
-    summary_dir = os.path.join(output_dir, paths.SUMMARY_DIR)
-    written = list(summary.paths.values()) + [os.path.join(summary_dir, unchanged.STAMP_NAME)]
-    extra = unchanged.picture_files() if seen["picture"] else []
-    probes = seen["before"] + warm.after_probes(output_dir, written, extra)
-    warm.keep(output_dir, seen["key"], text, reads[0], probes)
-
-
 def main(argv=None) -> int:
     """Standalone entry (``python -m verlprof.report.cli OUTPUT_DIR``), for tests and scripts."""
     parser = argparse.ArgumentParser(prog="verlprof")
     sub = parser.add_subparsers(dest="command", required=True)
     add_report_subcommand(sub)
     rest = sys.argv[1:] if argv is None else list(argv)
-    replayed = warm.replay(rest)
-    if replayed is not None:
-        return replayed
-    args = parser.parse_args(["report", *rest])
-    args.replay_argv = rest
-    return run_report_command(args)
+    return run_report_command(parser.parse_args(["report", *rest]))
 
 
 if __name__ == "__main__":

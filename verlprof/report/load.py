@@ -21,7 +21,7 @@ import threading
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
@@ -52,7 +52,6 @@ from verlprof.report.model import (
 )
 from verlprof.report.names import entries_with_stand_ins, records_with_stand_ins
 from verlprof.report.progress import Progress
-from verlprof.report.read_cache import ReadCache
 
 STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
@@ -91,9 +90,7 @@ def read_one(task: ReadTask) -> ReportData:
 
 def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
                  progress: Optional[Progress] = None,
-                 memory_budget: Optional[int] = None,
-                 cache: Optional[ReadCache] = None,
-                 on_read: Optional[Callable[[], None]] = None) -> List[ReportData]:
+                 memory_budget: Optional[int] = None) -> List[ReportData]:
     """Read all tasks; results in task order.
 
     How many at once: ``jobs`` (default one per core), never more than fit
@@ -103,25 +100,12 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
     use every core without a pool's start-up. Torch traces are parsed in Python: a process pool
     when there are at least :data:`POOL_MIN_BYTES` of them. A trace that alone exceeds the
     budget is refused (one line), the others still read. ``progress`` advances once per report.
-    ``cache``: what earlier runs read from the same, unchanged reports is taken from it, not
-    read again, and what is read now is put into it. ``on_read``: called once before reading
-    when some report is not in the cache.
     """
     if not tasks:
         return []
     progress = progress or Progress.disabled()
-    known: Dict[int, ReportData] = {}
-    if cache is not None:
-        for i, task in enumerate(tasks):
-            got = cache.get(task.path, task.backend, task.index, task.window_start_ns)
-            if got is not None:
-                known[i] = got
-                progress.advance(os.path.basename(task.path))
-    if on_read is not None and len(known) < len(tasks):
-        on_read()
     limit = budget_bytes(memory_budget)
-    needs = {i: need(task.path, task.backend, limit) for i, task in enumerate(tasks)
-             if i not in known}
+    needs = {i: need(task.path, task.backend, limit) for i, task in enumerate(tasks)}
     refused = {i: ReportData(index=tasks[i].index, error=n.refusal)
                for i, n in needs.items() if n.refusal}
     todo = [i for i in needs if i not in refused]
@@ -140,10 +124,6 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
         for i in todo:
             results[i] = read_one(tasks[i])
             progress.advance(os.path.basename(tasks[i].path))
-    if cache is not None:
-        for i in todo:
-            cache.put(tasks[i].path, tasks[i].backend, results[i], tasks[i].window_start_ns)
-    results.update(known)
     return [results[i] for i in range(len(tasks))]
 
 
@@ -221,15 +201,11 @@ def _pool_context():
 
 def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
          export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
-         show_progress: bool = False, memory_budget: Optional[int] = None,
-         cache_dir: Optional[str] = None,
-         on_read: Optional[Callable[[], None]] = None) -> LoadResult:
+         show_progress: bool = False, memory_budget: Optional[int] = None) -> LoadResult:
     """Read every readable report of ``manifest`` and normalise it; ``show_progress``: a
     :class:`~verlprof.report.progress.Progress` on stderr, one step per report read;
     ``memory_budget``: bytes the readers may use together (default: see
-    :func:`verlprof.report.budget.budget_bytes`); ``cache_dir``: where the
-    :class:`~verlprof.report.read_cache.ReadCache` lives (None: read every report);
-    ``on_read``: called before reading when some report is not cached."""
+    :func:`verlprof.report.budget.budget_bytes`)."""
     problems: List[Problem] = []
     tasks: List[ReadTask] = []
     entries, warnings = entries_with_stand_ins(manifest.reports)
@@ -263,10 +239,7 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     began = time.monotonic()
     label = "reading reports"
     with (Progress(label, len(tasks)) if show_progress else Progress.disabled()) as progress:
-        cache = ReadCache(cache_dir, output_dir) if cache_dir is not None else None
-        datas = read_reports(tasks, jobs, progress, memory_budget, cache, on_read)
-        if cache is not None:
-            cache.save()
+        datas = read_reports(tasks, jobs, progress, memory_budget)
     seconds = time.monotonic() - began
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:

@@ -26,9 +26,7 @@ _PRINTING = ("verlprof.report.console",)
 """Modules that print (rich: about 40 ms to import)."""
 _DRAWING = ("PIL.Image", "PIL.ImageDraw", "PIL.ImageFont", "PIL.PngImagePlugin",
             "verlprof.report.timeline_png", "verlprof.report.timeline_steps")
-"""Modules that draw the pictures (Pillow: about 30 ms to import), imported meanwhile only
-when some report must be read: otherwise the pictures are likely kept
-(:mod:`verlprof.report.unchanged`)."""
+"""Modules that draw the pictures (Pillow: about 30 ms to import)."""
 
 PNG_NAME = "timeline.png"
 HTML_NAME = "timeline.html"
@@ -69,12 +67,9 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
         raise ValueError(f"{output_dir}: not a directory")
     if manifest is None:
         manifest = read_manifest(output_dir)
-    _import_meanwhile(_PRINTING)
-    drawing = _DRAWING if write and picture else ()
+    _import_meanwhile(_PRINTING + (_DRAWING if write and picture else ()))
     loaded = load(output_dir, manifest, jobs=jobs, export_timeout=export_timeout,
-                  show_progress=console is None if progress is None else progress,
-                  cache_dir=os.path.join(output_dir, paths.SUMMARY_DIR) if write else None,
-                  on_read=lambda: _import_meanwhile(drawing))
+                  show_progress=console is None if progress is None else progress)
     summary = analyse(output_dir, manifest, loaded, threshold, min_excess_ms)
     writing = _Writer(summary, picture) if write else None
     from verlprof.report.console import print_files, print_findings
@@ -88,7 +83,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
 
 
 class _Writer:
-    """:func:`_write_unless_unchanged` on a thread, while the tables are printed: Pillow
+    """:func:`write_outputs` on a thread, while the tables are printed: Pillow
     encodes the pictures and the files are written without the GIL, rich prints with it.
     :meth:`wait` raises what the writing raised (e.g. OSError: cannot write the summary)."""
 
@@ -97,7 +92,7 @@ class _Writer:
 
         def run() -> None:
             try:
-                _write_unless_unchanged(summary, picture)
+                write_outputs(summary, picture)
             except BaseException as err:  # noqa: BLE001 - raised again by wait()
                 self._error = err
 
@@ -108,21 +103,6 @@ class _Writer:
         self._thread.join()
         if self._error is not None:
             raise self._error
-
-
-def _write_unless_unchanged(summary: Summary, picture: bool) -> None:
-    """Write the summary files, unless those in the summary directory are already what would
-    be written (:mod:`verlprof.report.unchanged`): then ``summary.paths`` lists them."""
-    from verlprof.report import unchanged
-
-    out_dir = os.path.join(summary.output_dir, paths.SUMMARY_DIR)
-    digest = unchanged.fingerprint(summary, picture)
-    kept = unchanged.still_written(out_dir, digest)
-    if kept is not None:
-        summary.paths.update(kept)
-        return
-    unchanged.forget(out_dir)
-    unchanged.record(out_dir, digest, write_outputs(summary, picture=picture))
 
 
 def _import_meanwhile(modules) -> None:
@@ -172,8 +152,7 @@ def default_console() -> Console:
 
 def write_outputs(summary: Summary, picture: bool = True) -> Dict[str, str]:
     """Write the summary files into ``<output_dir>/summary/``; fills ``summary.paths``."""
-    # imported here: a report whose files are unchanged (verlprof.report.unchanged) never
-    # writes them, and does not pay for these imports either
+    # imported here: summarize(write=False) does not pay for these imports
     from verlprof.report.files import CSV_NAME, MD_NAME, write_csv, write_md
     from verlprof.report.timeline import build_timeline
     from verlprof.report.timeline_html import write_html

@@ -14,6 +14,7 @@ directory and marks every window entry of that process ``ok``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.base import PENDING_AT_EXIT, worker_report
-from verlprof.manifest import Manifest, ReportEntry
+from verlprof.manifest import Manifest, ProcessInfo, ReportEntry
 from verlprof.plan.model import ProcessPlan, ProfilePlan
 from verlprof.records import (
     STATUS_INCOMPLETE,
@@ -34,6 +35,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime.teardown import discard, exit_outputs_on_nodes, on_node, read_chunk
+from verlprof.version import __version__
 
 CHUNK_BYTES = 8 << 20
 """Bytes per Ray call when a report moves between nodes (keeps object-store pressure low)."""
@@ -136,7 +138,7 @@ def _node_reader(node: str, directory: str, relpath: str) -> Callable[[int], byt
 
 def _fetch_over_ray(read: Callable[[int], bytes], target: str) -> None:
     """Copy a file from another node, chunk by chunk (``read(offset)``), then rename it."""
-    partial = target + ".part"
+    partial = target + paths.PART_SUFFIX
     offset = 0
     with open(partial, "wb") as handle:
         while True:
@@ -226,3 +228,20 @@ def _size(path: str) -> int:
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
     return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def run_manifest(plan: ProfilePlan, entries: List[ReportEntry],
+                 identities: Dict[Target, ProcessIdentity], controller: ProcessInfo,
+                 warnings: List[str], run_id: str) -> Manifest:
+    """The manifest of a run: its plan's steps and groups, every report entry, the processes
+    the controller reached and what it warned about (each line once)."""
+    processes = tuple(ProcessInfo(group=g, rank=r, host=i.host, pid=i.pid, node_id=i.node_id,
+                                  under_profiler=i.under_profiler)
+                      for (g, r), i in identities.items())
+    return Manifest(
+        tool=plan.tool, output_dir=plan.output_dir, step_windows=plan.step_windows,
+        reports=tuple(entries), controller=controller, processes=processes,
+        groups={g.name: g.world_size for g in plan.groups}, source=plan.source,
+        warnings=tuple(dict.fromkeys(warnings)), verl_release=plan.verl_release,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        verlprof_version=__version__, run_id=run_id)

@@ -31,7 +31,6 @@ What happens under faults (docs/reliability.md, proved by tests/faults/):
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import os
 import socket
@@ -57,6 +56,7 @@ from verlprof.runtime.collect import (
     collect_at_exit,
     move_all,
     partial_reports,
+    run_manifest,
     unreachable_reports,
 )
 from verlprof.runtime.output_guard import OutputGuard
@@ -65,7 +65,6 @@ from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_er
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 from verlprof.runtime.teardown import settle_on_nodes
 from verlprof.safe_text import visible
-from verlprof.version import __version__
 from verlprof.worker.identity import node_id
 
 __all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "describe_error"]
@@ -169,7 +168,8 @@ class ProfileController:
     def replan(self, plan: ProfilePlan) -> ProfilePlan:
         """Follow ``plan``, planned again on the groups verl built: before the first step only,
         and leaving registered processes as planned."""
-        plan = ownership.retarget(plan, self.plan.output_dir)
+        if plan.output_dir != self.plan.output_dir:
+            plan = ownership.retarget(plan, self.plan.output_dir)
         changed = [t for t in self._targets if plan.process(*t) != self.plan.process(*t)]
         if self._done_windows or changed:
             raise ProfilingRuntimeError(f"no new plan after a step or for registered {changed}")
@@ -392,19 +392,10 @@ class ProfileController:
             self._signals.pass_on()
 
     def _manifest(self, entries: List[ReportEntry]) -> Manifest:
-        processes = tuple(ProcessInfo(group=g, rank=r, host=i.host, pid=i.pid,
-                                      node_id=i.node_id, under_profiler=i.under_profiler)
-                          for (g, r), i in self._identity.items())
-        return Manifest(
-            tool=self.plan.tool, output_dir=self.plan.output_dir,
-            step_windows=self.plan.step_windows, reports=tuple(entries),
-            controller=ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
-                                   node_id=node_id(), under_profiler=self._controller.attached),
-            processes=processes, groups={g.name: g.world_size for g in self.plan.groups},
-            source=self.plan.source, warnings=tuple(dict.fromkeys(self._warnings)),
-            verl_release=self.plan.verl_release,
-            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            verlprof_version=__version__, run_id=self.run.run_id)
+        controller = ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
+                                 node_id=node_id(), under_profiler=self._controller.attached)
+        return run_manifest(self.plan, entries, self._identity, controller, self._warnings,
+                            self.run.run_id)
 
     def _on_errors(self, errors: List[RankError],
                    raise_errors: Optional[bool] = None) -> None:

@@ -35,6 +35,7 @@ at interpreter exit; a crash leaves a lock that the next run takes over (same ho
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -48,6 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.errors import ConfigError
+from verlprof.plan.build import build_plan
 from verlprof.plan.model import ProfilePlan
 from verlprof.records import ExistingRun
 from verlprof.runtime import run_lock
@@ -58,7 +60,8 @@ POLICY_KEY = "trainer.profiler.existing_run"
 RUN_ENV = "VERLPROF_RUN"
 """Environment variable that hands a claim to the controller process: JSON of run id and
 output directory."""
-_RUN_DIRS = re.compile(r"^(step\d{4}(-\d{4})?|controller|\.raw)$")
+_RUN_DIRS = re.compile(rf"^(step\d{{4}}(-\d{{4}})?|{paths.CONTROLLER_DIR}"
+                       rf"|{re.escape(paths.RAW_DIR)})$")
 """Top-level entries of an output directory that hold a run's reports (verlprof/paths.py)."""
 
 logger = logging.getLogger("verlprof")
@@ -243,22 +246,13 @@ def adopt_or_claim(plan: ProfilePlan) -> Run:
 
 
 def retarget(plan: ProfilePlan, output_dir: str) -> ProfilePlan:
-    """``plan`` with every path under its output directory moved under ``output_dir``: the
-    launch commands (nsys ``--output``), the staging directories and the controller's reports.
-    The same plan as ``build_plan`` makes with that ``output_dir`` (tests/unit check it)."""
-    old = plan.output_dir.rstrip(os.sep) or os.sep
-    pattern = re.compile(re.escape(old) + r"(?=/|$)")
-
-    def move(value: Any) -> Any:
-        if isinstance(value, str):
-            return pattern.sub(lambda _: output_dir, value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(v) for v in value)
-        if isinstance(value, dict):
-            return {k: move(v) for k, v in value.items()}
-        return value
-
-    return ProfilePlan.from_dict(move(plan.to_dict()))
+    """``plan`` for ``output_dir``: ``build_plan`` again, on the config it was built from with
+    that output directory (every path under it moves: launch commands, staging directories,
+    the controller's reports)."""
+    if plan.built_from is None:  # every plan comes from build_plan; a hand-made one cannot move
+        raise ValueError("a plan not made by build_plan cannot move to another output_dir")
+    inputs = plan.built_from
+    return build_plan(dataclasses.replace(inputs.config, output_dir=output_dir), inputs.topology)
 
 
 def _into_subdir(plan: ProfilePlan, directory: str, run_id: str, me: LockHolder,

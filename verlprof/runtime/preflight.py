@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.errors import ConfigError
 from verlprof.plan.model import ProfilePlan
@@ -40,7 +41,7 @@ def _check_output_dir(output_dir: str, min_free_bytes: int) -> None:
     key = "trainer.profiler.output_dir"
     try:
         os.makedirs(output_dir, exist_ok=True)
-        probe = os.path.join(output_dir, f".verlprof-probe-{os.getpid()}")
+        probe = paths.probe_path(output_dir)
         try:
             with open(probe, "wb") as handle:
                 handle.write(b"\0" * 65536)

@@ -28,9 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Optional, Tuple
 
-LOCK_NAME = ".verlprof.lock"
-"""File name of the lock inside the output directory."""
-TAKEOVER_SUFFIX = ".takeover"
+from verlprof.paths import LOCK_NAME, TAKEOVER_SUFFIX
+
 OTHER_HOST_STALE_S = 3 * 24 * 3600.0
 """A lock held by another host is taken for stale after this long (3 days)."""
 TAKEOVER_STALE_S = 60.0

@@ -1,7 +1,7 @@
 """The worker session: executes one selected process's :class:`~verlprof.plan.model.ProcessPlan`.
 
-Unselected processes are never configured: their ``annotate``d methods pay one wrapper call,
-with no test at all. A selected process gets a :class:`ProfileSession`: whole-step windows
+Unselected processes are never configured: their ``annotate``d methods pay one wrapper call
+and one flag test. A selected process gets a :class:`ProfileSession`: whole-step windows
 open on ``verlprof_start`` and close on ``verlprof_stop``; in discrete mode ``verlprof_start``
 only arms the step and each planned phase call opens and closes its own window.
 

@@ -277,7 +277,10 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
 
 
 def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:
-    """GPU kernels of a report sorted by start; ``[]`` when the table is absent (CPU-only)."""
+    """GPU kernels of a report sorted by start; ``[]`` when the table is absent (CPU-only).
+    One object per kernel: the report's per-phase totals never use it (see
+    :mod:`~verlprof.backends.nsys.gpu_sql`); it is the event-by-event reference the tests check
+    those totals against, and the kernels per stream of a merged trace."""
     with _open(sqlite_path) as conn:
         tables = _tables(conn)
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
@@ -314,7 +317,8 @@ def _enum_labels(conn: sqlite3.Connection, tables: set, table: str) -> Dict[int,
 
 
 def read_memcpy(sqlite_path: PathLike) -> List[CudaMemcpy]:
-    """GPU memory copies of a report sorted by start; ``[]`` when the table is absent."""
+    """GPU memory copies of a report sorted by start; ``[]`` when the table is absent. As
+    :func:`read_cuda_kernels`: the tests' reference and a merged trace's copies per stream."""
     with _open(sqlite_path) as conn:
         tables = _tables(conn)
         if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
@@ -374,13 +378,7 @@ def _last_event_end(conn: sqlite3.Connection, tables: set) -> int:
     return best
 
 
-def session_start_epoch_ns(sqlite_path: PathLike) -> Optional[int]:
-    """Wall clock (ns since the Unix epoch) of the report's session time 0."""
-    return report_time_bounds(sqlite_path).utc_epoch_ns
-
-
 __all__ = ["CudaKernel", "CudaMemcpy", "EVENT_DOMAIN_CREATE", "EVENT_MARK", "EVENT_PUSH_POP",
            "EVENT_START_END", "NvtxRange", "ReportReadError", "ReportTimeBounds", "list_tables",
            "open_export",
-           "read_cuda_kernels", "read_memcpy", "read_nvtx_ranges", "report_time_bounds",
-           "session_start_epoch_ns"]
+           "read_cuda_kernels", "read_memcpy", "read_nvtx_ranges", "report_time_bounds"]

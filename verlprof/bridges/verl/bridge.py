@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verlprof.backends import get_backend
@@ -36,7 +35,6 @@ from verlprof.bridges.verl.served import patch_replicas
 from verlprof.bridges.verl.trainer import patch_trainers
 from verlprof.bridges.verl.worker_side import patch_dist_profiler
 from verlprof.config import config_from_dict
-from verlprof.config.schema import ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.manifest import Manifest
 from verlprof.plan import ProfilePlan, build_plan
@@ -63,26 +61,13 @@ def install() -> List[str]:
     return done
 
 
-@dataclass(frozen=True)
-class PlanInputs:
-    """What the plan was built from: the bridge plans again from them, on the pools verl
-    really builds, when those differ from what the config predicted."""
-
-    profiling: ProfilingConfig
-    topology: Topology
-
-    def plan(self) -> ProfilePlan:
-        return build_plan(self.profiling, self.topology)
-
-
 class Bridge:
     """verlprof's controller behind verl's trainer hooks, for one run."""
 
     def __init__(self, plan: ProfilePlan, controller: Optional[ProfileController] = None,
-                 inputs: Optional[PlanInputs] = None, **controller_options: Any):
+                 **controller_options: Any):
         self.controller = controller or ProfileController(plan, **controller_options)
         self.plan = self.controller.plan  # <output_dir>/<run id>/ when the claim says so
-        self.inputs = inputs
         self.groups = GroupMap(self.plan, self._replan)
         self.manifest: Optional[Manifest] = None
         self._open: Optional[Tuple[int, AbstractContextManager]] = None
@@ -103,16 +88,16 @@ class Bridge:
         said = (f"verl built {name} with roles {'/'.join(built.roles)} on {size} rank(s)"
                 + (f"; the config predicted {'/'.join(before.roles)} on {before.world_size}"
                    if before is not None else "; the config predicted no such pool"))
-        if self.inputs is None:  # a plan handed in without its inputs: profile by rank
+        inputs = self.plan.built_from
+        if inputs is None:  # a plan not made by build_plan: profile by rank as it says
             self.controller.note(f"{said}: profiled by rank as planned")
             return self.plan
-        groups = [observed if g.name == name else g for g in self.inputs.topology.groups]
+        groups = [observed if g.name == name else g for g in inputs.topology.groups]
         if before is None:
             groups.append(observed)
-        self.inputs = dataclasses.replace(
-            self.inputs, topology=dataclasses.replace(self.inputs.topology,
-                                                      groups=tuple(groups)))
-        plan = self.controller.replan(self.inputs.plan())
+        topology = dataclasses.replace(inputs.topology, groups=tuple(groups))
+        config = dataclasses.replace(inputs.config, output_dir=self.plan.output_dir)
+        plan = self.controller.replan(build_plan(config, topology))
         self.plan = self.controller.plan
         self.controller.note(f"{said}: planned again on the pools verl built "
                              f"({len(plan.processes)} process(es) profiled)")
@@ -180,26 +165,18 @@ class Bridge:
 
 
 def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[ProfilePlan] = None,
-           inputs: Optional[PlanInputs] = None, **controller_options: Any) -> Bridge:
+           **controller_options: Any) -> Bridge:
     """Plan ``config`` (a verl trainer config: DictConfig or dict, any verl layout) and attach
     a :class:`Bridge` to this process. ``topology`` defaults to verl's resource pools read from
-    the config; ``plan`` and ``inputs`` skip planning (the launcher plans once, before verl
-    starts, and clears verl's own step list)."""
+    the config; ``plan`` skips planning (the launcher plans once, before verl starts, and
+    clears verl's own step list)."""
     install()
-    if plan is None:
-        inputs = inputs or inputs_of(config, topology)
-        plan = inputs.plan()
-    bridge = Bridge(plan, inputs=inputs, **controller_options)
+    bridge = Bridge(plan or plan_of(config, topology), **controller_options)
     set_active_bridge(bridge)
     return bridge
 
 
-def inputs_of(config: Mapping[str, Any], topology: Optional[Topology] = None) -> PlanInputs:
-    """The profiling settings and pools of ``config`` (no Ray, no verl needed)."""
-    loaded = config_from_dict(config)
-    return PlanInputs(profiling=loaded.profiling, topology=topology or loaded.topology)
-
-
 def plan_of(config: Mapping[str, Any], topology: Optional[Topology] = None) -> ProfilePlan:
     """The plan a bridge would follow for ``config`` (no Ray, no verl needed)."""
-    return inputs_of(config, topology).plan()
+    loaded = config_from_dict(config)
+    return build_plan(loaded.profiling, topology or loaded.topology)

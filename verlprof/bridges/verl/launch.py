@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlprof.bridges.verl.bridge import PlanInputs, attach, inputs_of
+from verlprof.bridges.verl.bridge import attach, plan_of
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.messages import (
     EXIT_BAD_INPUT,
@@ -39,28 +39,27 @@ STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""
 
 
-def prepare(config: DictConfig) -> Tuple[ProfilePlan, PlanInputs]:
+def prepare(config: DictConfig) -> ProfilePlan:
     """Plan ``config`` and clear verl's step list in it, in place. The config is resolved as
-    verl's TaskRunner resolves it, so that the role blocks' interpolations are read. Returns
-    the plan and what it was built from (the bridge plans again from it when verl builds
-    pools the config did not predict)."""
+    verl's TaskRunner resolves it, so that the role blocks' interpolations are read. (The
+    plan keeps what it was built from: the bridge plans again from it when verl builds pools
+    the config did not predict.)"""
     resolved = OmegaConf.to_container(config, resolve=True)
-    inputs = inputs_of(cast(Dict[str, Any], resolved))
-    plan = inputs.plan()
+    plan = plan_of(cast(Dict[str, Any], resolved))
     with open_dict(config):
         for key in STEP_KEYS:
             if OmegaConf.select(config, key) is not None:
                 OmegaConf.update(config, key, None, merge=False)
-    return plan, inputs
+    return plan
 
 
-def _runner_class(base: Any, plan: ProfilePlan, inputs: Optional[PlanInputs]) -> type:
+def _runner_class(base: Any, plan: ProfilePlan) -> type:
     """A subclass of verl's TaskRunner whose ``run`` attaches the bridge first (the plan travels
     with the class: Ray ships a class defined here by value)."""
 
     class VerlprofTaskRunner(base):
         def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
-            bridge = attach(config, plan=plan, inputs=inputs)
+            bridge = attach(config, plan=plan)
             try:
                 return super().run(config, *args, **kwargs)
             finally:
@@ -76,15 +75,14 @@ class TaskRunnerLauncher:
     ``.options(...).remote()``), launching verl's TaskRunner as the plan says."""
 
     def __init__(self, task_runner_class: Any, plan: ProfilePlan,
-                 run_env: Optional[Dict[str, str]] = None,
-                 inputs: Optional[PlanInputs] = None):
+                 run_env: Optional[Dict[str, str]] = None):
         import ray
 
         base = getattr(task_runner_class, "__ray_actor_class__", task_runner_class)
         defaults = dict(getattr(task_runner_class, "_default_options", {}) or {})
         self.plan = plan
         self.run_env = dict(run_env or {})  # the controller adopts the driver's claim
-        runner = _runner_class(base, plan, inputs)
+        runner = _runner_class(base, plan)
         self.actor_class = ray.remote(**defaults)(runner) if defaults else ray.remote(runner)
 
     def options(self, **options: Any) -> _Bound:
@@ -121,12 +119,10 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
                          *args: Any, **kwargs: Any) -> Any:
         try:
             # the output directory is this run's before verl starts anything
-            plan, inputs = prepare(config)
-            run = claim_output(plan)
+            run = claim_output(prepare(config))
             with run:
                 result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
-                                                            run.env(), inputs),
-                                 *args, **kwargs)
+                                                            run.env()), *args, **kwargs)
         except Exception as err:
             ours = verlprof_error(err)
             if ours is None:
@@ -190,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         config = compose_verl_config(overrides)
         if plan_only:
-            render_plan(prepare(config)[0])
+            render_plan(prepare(config))
             return 0
     except ConfigError as err:
         print(f"verlprof: {err}", file=sys.stderr)
