@@ -150,11 +150,10 @@ def test_a_held_signal_comes_due_after_hold_s_and_then_aborts(handlers, caplog):
     installed(guard)
     caplog.set_level(logging.WARNING, logger="verlprof")
     started = time.monotonic()
-    with pytest.raises(ProfilingTerminated) as info:
-        with guard.shield():
-            send(signal.SIGTERM)  # held
-            assert guard.received == signal.SIGTERM
-            time.sleep(30)  # a finalise that never ends: the held signal wakes it
+    with pytest.raises(ProfilingTerminated) as info, guard.shield():
+        send(signal.SIGTERM)  # held
+        assert guard.received == signal.SIGTERM
+        time.sleep(30)  # a finalise that never ends: the held signal wakes it
     assert time.monotonic() - started < 10
     assert guard.cut_short(info.value) == ("finalize cut short by SIGTERM, held 0.3s "
                                            "(finalize_timeout_s)")
