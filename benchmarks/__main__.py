@@ -123,7 +123,8 @@ def main(argv: List[str]) -> int:
     if "p4" in only:
         only |= set(P4_PARTS)
     # every process this run starts (Ray's, nsys' agents) carries it: ended by pid at the end
-    os.environ.setdefault(RUN_ENV, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    # (new each run: never one that a parent of this process carries)
+    os.environ[RUN_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     stop_on_signals()
     try:
         return _run(args, only, argv)
@@ -143,6 +144,7 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
     for key, value in machine().items():
         log(f"  {key}: {value}")
     log(f"  command: python -m benchmarks {' '.join(argv)}".rstrip())
+    log(f"  processes of this run carry {RUN_ENV}={os.environ[RUN_ENV]}")
     log(f"  load average at start: {_load()} (other work on this machine skews every figure)")
     results: List[Result] = []
 
