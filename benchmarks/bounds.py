@@ -140,7 +140,18 @@ def run_bounded(step: str, argv: Sequence[str], deadline: float, what: str,
     """``subprocess.run(argv, capture_output=True, text=True)``, bounded: on expiry (or an
     interrupt) ``argv`` and everything it started are ended by pid, then :class:`Stalled`."""
     with Started(step) as started:
-        proc = started.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             **kwargs)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        proc = started.popen(argv, stdout=subprocess.PIPE, text=True, **kwargs)
         out, err = started.communicate(proc, deadline, what)
     return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def ray_get(refs: Any, deadline: float, what: str) -> Any:
+    """``ray.get(refs)`` bounded by ``deadline`` seconds; :class:`Stalled` naming ``what``."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        return ray.get(refs, timeout=deadline)
+    except GetTimeoutError:
+        raise Stalled(f"{what}: no answer within {deadline:.0f}s") from None

@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from typing import Any, Dict, List, Tuple
 
-from benchmarks.bounds import deadline_s, run_bounded
+from benchmarks.bounds import deadline_s, ray_get, run_bounded
 from benchmarks.common import ROOT, Result, median, peak_rss_kib, run_standalone
 
 SIZES = (1024, 8192)
@@ -178,11 +178,11 @@ def bare_ray_call_s(rounds: int = 200) -> float:
             return None
 
     actor = Noop.remote()
-    ray.get(actor.noop.remote())
+    ray_get(actor.noop.remote(), deadline_s(60), "controller at scale: a Noop actor starting")
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        ray.get(actor.noop.remote())
+        ray.get(actor.noop.remote(), timeout=deadline_s(30))
         times.append(time.perf_counter() - t0)
     ray.kill(actor)
     return median(times)
