@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
+import uuid
 from typing import Callable, List
 
+from benchmarks.bounds import RUN_ENV, Stalled, end_marked
 from benchmarks.common import Result, machine
 
 SIZES = {
@@ -28,6 +32,46 @@ SIZES = {
                   p4_rounds=1, scale_rounds=1),
 }
 METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller")
+P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
+"""``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
+the GPU reader."""
+STOP_GRACE_S = 10.0
+"""After SIGTERM or Ctrl-C: seconds the run has to end its steps and Ray before it ends every
+process it started by pid and exits anyway."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or Ctrl-C: the run stops (a KeyboardInterrupt, so that Ray's blocking calls
+    give it up too)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and Ctrl-C end the run within seconds: the first one raises
+    :class:`Interrupted` in the main thread (every step ends what it started) and arms a
+    watchdog that ends every process of this run by pid and exits, should that take longer
+    than :data:`STOP_GRACE_S`; a second one exits at once the same way. Installed again
+    after ``ray.init`` (which puts its own SIGTERM handler in place)."""
+    def handle(signum: int, frame: object) -> None:
+        if getattr(handle, "armed", False):
+            _exit_now(signum)
+        handle.armed = True  # type: ignore[attr-defined]
+        threading.Thread(target=lambda: (time.sleep(STOP_GRACE_S), _exit_now(signum)),
+                         name="bench-stop-watchdog", daemon=True).start()
+        raise Interrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+
+
+def _exit_now(signum: int) -> None:
+    print(f"\nbenchmarks: ending every process of this run after {signal.Signals(signum).name}",
+          flush=True)
+    end_marked(RUN_ENV, os.environ[RUN_ENV], grace_s=1.0)
+    os._exit(128 + signum)
 
 
 def log(line: str) -> None:
@@ -35,14 +79,18 @@ def log(line: str) -> None:
 
 
 def guarded(name: str, action: Callable[[], List[Result]]) -> List[Result]:
-    """A metric that fails is a row saying why, never the end of the run."""
+    """A metric that fails is a row saying why (``FAIL (why)``), never the end of the run; a
+    wait that expired (:class:`~benchmarks.bounds.Stalled`) already names what it waited
+    for, and the processes it started are ended."""
     began = time.perf_counter()
     try:
         results = action()
+    except Stalled as err:
+        results = [Result(name, None, None, goal_text="-", failure=str(err)[:300])]
     except Exception as err:  # noqa: BLE001 - report and go on with the other metrics
         traceback.print_exc(file=sys.stdout)
         results = [Result(name, None, None, goal_text="-",
-                          note=f"failed: {type(err).__name__}: {err}"[:300])]
+                          failure=f"{type(err).__name__}: {err}"[:300])]
     for result in results:
         print(result.line(), *result.details, sep="\n    ", flush=True)
     log(f"  ({name}: {time.perf_counter() - began:.0f} s)")
@@ -65,12 +113,29 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument("--only", default=",".join(METRICS),
-                        help=f"comma-separated subset of {','.join(METRICS)}")
+                        help=f"comma-separated subset of {','.join(METRICS + P4_PARTS)}")
     args = parser.parse_args(argv)
     only = {m.strip() for m in args.only.split(",") if m.strip()}
-    unknown = only - set(METRICS)
+    unknown = only - set(METRICS + P4_PARTS)
     if unknown:
-        parser.error(f"unknown metric(s) {sorted(unknown)}; choose from {','.join(METRICS)}")
+        parser.error(f"unknown metric(s) {sorted(unknown)}; choose from "
+                     f"{','.join(METRICS + P4_PARTS)}")
+    if "p4" in only:
+        only |= set(P4_PARTS)
+    # every process this run starts (Ray's, nsys' agents) carries it: ended by pid at the end
+    # (new each run: never one that a parent of this process carries)
+    os.environ[RUN_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    stop_on_signals()
+    try:
+        return _run(args, only, argv)
+    except Interrupted as stop:
+        log(f"\nbenchmarks: stopped by {stop}; ending what this run started")
+        return 128 + stop.signum
+    finally:
+        end_marked(RUN_ENV, os.environ[RUN_ENV])
+
+
+def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
     size = SIZES["quick" if args.quick else "full"]
     began = time.perf_counter()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -79,6 +144,7 @@ def main(argv: List[str]) -> int:
     for key, value in machine().items():
         log(f"  {key}: {value}")
     log(f"  command: python -m benchmarks {' '.join(argv)}".rstrip())
+    log(f"  processes of this run carry {RUN_ENV}={os.environ[RUN_ENV]}")
     log(f"  load average at start: {_load()} (other work on this machine skews every figure)")
     results: List[Result] = []
 
@@ -93,31 +159,36 @@ def main(argv: List[str]) -> int:
 
         results += guarded("report at scale", lambda: [report_scale.run(
             size["scale_rounds"], log=log)])
-    if only & {"p2", "p3", "memory", "p4", "p5", "controller"}:
+    if only & {"p2", "p3", "memory", "p4-report", "p5", "controller"}:
         import ray
 
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                  # 32 actors start at once: without this Ray warns about each batch of 2
                  _system_config={"worker_maximum_startup_concurrency": 32})
+        stop_on_signals()  # over Ray's own SIGTERM handler
         try:
             results += _ray_metrics(only, size)
         finally:
             ray.shutdown()
 
-    if "p4" in only:  # P4 at report sizes of 1-100 MB and on 5 M kernels: no Ray needed
-        from benchmarks import p4_gpu, p4_scale
+    quick = args.quick
+    if "p4-scale" in only:  # P4 at report sizes of 1-100 MB: no Ray needed
+        from benchmarks import p4_scale
 
-        quick = args.quick
         if quick and not os.environ.get(p4_scale.SIZES_ENV):
             os.environ[p4_scale.SIZES_ENV] = "1"
-        results += guarded("P4 scale", lambda: p4_scale.run(1 if quick else 3, 1, log=log,
-                                                             wide_set=not quick))
+        results += p4_scale.run(1 if quick else 3, 1, log=log, wide_set=not quick,
+                                guarded=guarded)
+    if "p4-gpu" in only:  # P4 on 5 M kernels
+        from benchmarks import p4_gpu
+
         results += guarded("P4 GPU", lambda: [p4_gpu.run(
             n=200_000 if quick else p4_gpu.N_BENCH, rounds=1 if quick else 3, log=log)])
     log("")
     log(table(results))
-    misses = [r.metric.split(" ")[0] for r in results if r.verdict in ("MISS", "N/A")]
-    log(f"\n{len(results)} rows, {len(misses)} MISS or not measured"
+    misses = [r.metric.split(" ")[0] for r in results
+              if r.verdict in ("MISS", "N/A") or r.failure]
+    log(f"\n{len(results)} rows, {len(misses)} MISS, FAIL or not measured"
         + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
         + f"; total {time.perf_counter() - began:.0f} s; load average at the end: {_load()}")
     return 0
@@ -159,7 +230,7 @@ def _ray_metrics(only, size) -> List[Result]:
 
         results += guarded("P3", lambda: [p3_unselected.run(
             size["p3_blocks"], size["p3_block"], demo=runs, log=log)])
-    if "p4" in only:
+    if "p4-report" in only:
         from benchmarks import p4_report
 
         results += guarded("P4", lambda: [p4_report.run(size["p4_rounds"], log=log)])

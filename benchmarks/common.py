@@ -36,9 +36,13 @@ class Result:
     details: List[str] = field(default_factory=list)
     """Lines printed under the metric (the raw figures behind the ratio)."""
     note: str = ""
+    failure: str = ""
+    """Why the row could not be measured: a wait expired or a step failed (``FAIL (why)``)."""
 
     @property
     def verdict(self) -> str:
+        if self.failure:
+            return f"FAIL ({self.failure})"
         if self.ratio is None:
             return "N/A"
         if self.goal is None:

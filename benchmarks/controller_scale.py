@@ -15,13 +15,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from typing import Any, Dict, List, Tuple
 
+from benchmarks.bounds import deadline_s, ray_get, run_bounded
 from benchmarks.common import ROOT, Result, median, peak_rss_kib, run_standalone
 
 SIZES = (1024, 8192)
@@ -150,8 +150,9 @@ def plan_costs_in_child() -> Dict[int, Tuple[float, int]]:
     """:func:`plan_costs` in a fresh process, as a trainer's driver plans: the benchmark
     runner's own heap (Ray, the earlier metrics) would be scanned by every collection the
     large plan sets off."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.controller_scale", "--plans"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    done = run_bounded("controller-plans", [sys.executable, "-m", "benchmarks.controller_scale",
+                                            "--plans"], deadline_s(300),
+                       "build_plan in a child", cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"build_plan: {done.stderr[-400:]}")
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -177,11 +178,11 @@ def bare_ray_call_s(rounds: int = 200) -> float:
             return None
 
     actor = Noop.remote()
-    ray.get(actor.noop.remote())
+    ray_get(actor.noop.remote(), deadline_s(60), "controller at scale: a Noop actor starting")
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        ray.get(actor.noop.remote())
+        ray.get(actor.noop.remote(), timeout=deadline_s(30))
         times.append(time.perf_counter() - t0)
     ray.kill(actor)
     return median(times)
@@ -189,8 +190,9 @@ def bare_ray_call_s(rounds: int = 200) -> float:
 
 def run_child(ranks: int, finalize: bool) -> Dict[str, Any]:
     argv = [sys.executable, "-m", "benchmarks.controller_scale", "--child", str(ranks)]
-    done = subprocess.run(argv + ([] if finalize else ["--no-finalize"]), capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
+    done = run_bounded("controller-child", argv + ([] if finalize else ["--no-finalize"]),
+                       deadline_s(120, 0.2, ranks), f"the controller over {ranks} ranks",
+                       cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"N={ranks}: {done.stderr[-400:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

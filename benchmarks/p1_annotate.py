@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 import time
 import timeit
 from typing import Dict, List
 
+from benchmarks.bounds import deadline_s, run_bounded
 from benchmarks.common import ROOT, Result, interleave, median
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
@@ -117,10 +117,9 @@ def run_peer(number: int = 1_000_000, rounds: int = 5, log=print) -> Result:
     if python is None:
         return Result(metric, None, PEER_GOAL, goal_text="<= 1/20",
                       note=f"peer unavailable: {info}")
-    proc = subprocess.run([python, "-m", "benchmarks.p1_annotate", "--child",
-                           "--number", str(number), "--rounds", str(rounds)], cwd=ROOT,
-                          capture_output=True, text=True,
-                          timeout=900, check=False)
+    proc = run_bounded("p1-peer", [python, "-m", "benchmarks.p1_annotate", "--child",
+                                   "--number", str(number), "--rounds", str(rounds)],
+                       deadline_s(60, 20e-6, 3 * number * rounds), "P1 peer's loops", cwd=ROOT)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return Result(metric, None, PEER_GOAL, goal_text="<= 1/20",

@@ -26,6 +26,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
+from benchmarks.bounds import deadline_s, ray_get
 from benchmarks.common import Result, median, ns, spread
 from verlprof.worker import ProfilingWorkerMixin
 
@@ -80,9 +81,12 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
         shared = [a for n in first if n != lo for a in pools[n]]
         fresh = [cls.remote() for _ in range(max([0] + later) - len(shared))]
         every = [a for pool in pools.values() for a in pool] + fresh
-        ray.get([a.noop.remote() for a in every])
+        ray_get([a.noop.remote() for a in every], deadline_s(60, 2.0, len(every)),
+                f"P2: {len(every)} actors starting")
         up_s = time.perf_counter() - began
-        pids = [s.identity.pid for s in ray.get([a.verlprof_status.remote() for a in every])]
+        pids = [s.identity.pid for s in ray_get([a.verlprof_status.remote() for a in every],
+                                                deadline_s(30, 0.5, len(every)),
+                                                "P2: the actors' verlprof_status")]
         footprint = _footprint(pids, up_s)
         log(f"P2: {footprint}")
         controllers = {}
@@ -105,7 +109,7 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
         def bare_side(n: int) -> float:
             t0 = ns()
             for _ in range(2):
-                ray.get([a.noop.remote() for a in pools[n]])
+                ray.get([a.noop.remote() for a in pools[n]], timeout=deadline_s(30, 0.5, n))
             return ns() - t0
 
         def measure(phase: Sequence[int]) -> Dict[int, Dict[str, List[float]]]:
@@ -132,7 +136,8 @@ def run(sizes: Sequence[int] = SIZES, rounds: int = 40, log=print) -> List[Resul
                 f"{'+'.join(str(m) for m in first if m != lo)} and {len(fresh)} more, under a "
                 f"new controller: {rounds} rounds x N={[lo, n]}, interleaved")
             phases.append(measure([lo, n]))
-        statuses = ray.get([a.verlprof_status.remote() for a in every])
+        statuses = ray_get([a.verlprof_status.remote() for a in every],
+                           deadline_s(30, 0.5, len(every)), "P2: the actors' verlprof_status")
         torch_in = [_loaded(pid, "libtorch") for pid in pids]
         for actor in every:
             ray.kill(actor)

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
+from benchmarks.bounds import deadline_s, run_bounded
 from benchmarks.common import Result, median
 
 STEP = 2000
@@ -232,8 +232,11 @@ def run(cache_dir: Optional[str] = None, n: int = N_BENCH, rounds: int = 3, log=
         scans.append(time.perf_counter() - began)
         scan_cpu.append(time.process_time() - cpu)
         conn.close()
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.p4_gpu", "--child", path],
-                              capture_output=True, text=True, timeout=600, check=True)
+        proc = run_bounded("p4-gpu-child", [sys.executable, "-m", "benchmarks.p4_gpu",
+                                            "--child", path],
+                           deadline_s(60, 60e-6, n), f"the GPU reader on {path}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"the GPU reader failed: {proc.stderr.strip()[-300:]}")
         seconds, kib, cpu_s = proc.stdout.split()
         reads.append(float(seconds))
         read_cpu.append(float(cpu_s))

@@ -25,12 +25,12 @@ import os
 import re
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Sequence, Tuple
 
+from benchmarks.bounds import deadline_s, run_bounded
 from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, ns, run_standalone
 
 GOAL = 1.3
@@ -107,14 +107,20 @@ def verlprof_cmd() -> List[str]:
 
 def run_report(output_dir: str, extra: Sequence[str], notes: Dict[str, str]) -> None:
     clean(output_dir)
-    proc = subprocess.run([*verlprof_cmd(), "report", output_dir, *extra], capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = run_bounded("p4-report", [*verlprof_cmd(), "report", output_dir, *extra],
+                       deadline_s(120, 6.0, _megabytes(output_dir)),
+                       f"verlprof report {output_dir}")
     if proc.returncode != 0:
         raise RuntimeError(f"verlprof report failed ({proc.returncode}): "
                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     found = re.search(r"reading reports.*?done in ([\d.]+) ?s", proc.stdout + proc.stderr)
     if found:
         notes["read_s"] = found.group(1)
+
+
+def _megabytes(folder: str) -> float:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder)
+               for f in fs) / 1e6
 
 
 def export_all(reports: Sequence[str], jobs: int) -> None:
@@ -125,9 +131,9 @@ def export_all(reports: Sequence[str], jobs: int) -> None:
         def one(item: Tuple[int, str]) -> None:
             i, rep = item
             out = os.path.join(tmp, f"{i}.sqlite")
-            subprocess.run([exe, "export", "--type", "sqlite", "-f", "true", "-o", out, rep],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300,
-                           check=False)
+            run_bounded("p4-export", [exe, "export", "--type", "sqlite", "-f", "true", "-o",
+                                      out, rep],
+                        deadline_s(60, 6.0, os.path.getsize(rep) / 1e6), f"nsys export of {rep}")
             if not os.path.isfile(out):
                 raise RuntimeError(f"nsys export wrote nothing for {rep}")
 

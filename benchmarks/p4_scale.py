@@ -25,10 +25,10 @@ on 2 busy cores, then 2-3 minutes a round: over ``make bench``'s 10 minutes, hen
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.bounds import deadline_s, run_bounded
 from benchmarks.common import Result, median, ns
 from benchmarks.p4_report import clean, compile_package, export_all, timed
 from benchmarks.p4_sizes import SIZES_MB, WIDE_RANGES, ensure, ensure_wide, report_paths
@@ -65,8 +65,9 @@ def sizes() -> List[int]:
 def report_once(folder: str) -> Tuple[float, int, int]:
     """(wall s, peak RSS KiB of the verlprof process, of its largest child) of one run."""
     began = ns()
-    proc = subprocess.run([sys.executable, "-c", _WRAPPER, folder], capture_output=True,
-                          text=True, timeout=900, check=False)
+    megabytes = sum(os.path.getsize(p) for p in report_paths(folder)) / 1e6
+    proc = run_bounded("p4-report", [sys.executable, "-c", _WRAPPER, folder],
+                       deadline_s(120, 6.0, megabytes), f"verlprof report {folder}")
     wall = (ns() - began) / 1e9
     line = [x for x in proc.stderr.splitlines() if x.startswith("PEAK_RSS_KIB")]
     if proc.returncode != 0 or not line:
@@ -111,14 +112,28 @@ def measure_folder(folder: str, label: str, rounds: int, log=print) -> Dict[str,
     return out
 
 
-def run(rounds: int = 3, large_rounds: int = 1, log=print, wide_set: bool = True
-        ) -> List[Result]:
+Guard = Callable[[str, Callable[[], List[Result]]], List[Result]]
+
+
+def run(rounds: int = 3, large_rounds: int = 1, log=print, wide_set: bool = True,
+        guarded: Optional[Guard] = None) -> List[Result]:
+    """Every size, then the wide set; with ``guarded`` (``python -m benchmarks``) each is
+    its own step: one that fails or stalls is a ``FAIL (why)`` row, the next one still runs."""
+    guard: Guard = guarded or (lambda name, action: action())
     compile_package()
     chosen = sizes()
     figures: Dict[int, Dict[str, List[float]]] = {}
+    out: List[Result] = []
     for size in chosen:
-        figures[size] = measure(size, large_rounds if size >= 100 else rounds, log=log)
-    return results(figures) + not_measured(chosen) + ([wide(rounds, log)] if wide_set else [])
+        def one(size: int = size) -> List[Result]:
+            figures[size] = measure(size, large_rounds if size >= 100 else rounds, log=log)
+            return results({size: figures[size]})
+        out += guard(f"P4 {size} MB x 4: verlprof report vs nsys export", one)
+    out += results(figures, sizes_too=False) + not_measured(chosen)
+    if wide_set:
+        out += guard(f"P4 K=16 reports of {WIDE_RANGES:,} foreign ranges",
+                     lambda: [wide(rounds, log)])
+    return out
 
 
 def not_measured(chosen: Sequence[int]) -> List[Result]:
@@ -137,9 +152,11 @@ def wide(rounds: int, log=print) -> Result:
                   "nsys export", cold / export, COLD_GOAL, details=_details(f))
 
 
-def results(figures: Dict[int, Dict[str, List[float]]]) -> List[Result]:
+def results(figures: Dict[int, Dict[str, List[float]]], sizes_too: bool = True
+            ) -> List[Result]:
+    """Two rows per size (``sizes_too``), and the peak RSS row when two sizes were measured."""
     out: List[Result] = []
-    for size, f in figures.items():
+    for size, f in figures.items() if sizes_too else ():
         export, cold, warm = median(f["export"]), median(f["cold"]), median(f["warm"])
         out.append(Result(f"P4 {size} MB x 4: verlprof report cold vs nsys export",
                           cold / export, COLD_GOAL, details=_details(f)))

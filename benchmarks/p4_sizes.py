@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
+from benchmarks.bounds import Stalled, Started, deadline_s, hangs
+
 RANGES_PER_MB = 80_000
 """Default-domain ranges per MB of report (200,000 ranges gave 2.1 MB with nsys 2022.4)."""
 PHASES = ("rollout/generate_sequences", "actor/compute_log_prob", "ref/compute_ref_log_prob",
@@ -70,6 +72,9 @@ def child(ranges_per_phase: int, steps: int = len(STEPS)) -> None:
     from verlprof.backends.nsys.nvtx import capture_close, capture_open, span
 
     push, pop = nvtx.push_range, nvtx.pop_range
+    if hangs("p4-generate-app"):  # test hook: the app under nsys stops making progress
+        window = capture_open()
+        time.sleep(10 ** 6)
     for step in range(1, steps + 1):
         window = capture_open()
         with span(f"step/{step}"):
@@ -98,33 +103,25 @@ def ensure_wide(log=print) -> str:
                    WIDE_RANKS, WIDE_STEPS, f"{WIDE_RANGES:,} foreign ranges", log)
 
 
+RANGE_S = 100e-6
+"""Deadline per default-domain range a process emits under nsys (observed about 40 us on 2
+busy cores, import included; the 100 MB set: 16 M ranges a process, 10 minutes)."""
+
+
 def _ensure(out: str, per_phase: int, ranks: Sequence[int], steps: Sequence[int], what: str,
             log) -> str:
-    from verlprof.backends.nsys.reports import wait_for_reports
-
     if os.path.isfile(os.path.join(out, "manifest.json")):
         return out
     began = time.monotonic()
     tmp = out + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    env = dict(os.environ, NSYS_NVTX_PROFILER_REGISTER_ONLY="0")
-    procs = []
-    for rank in ranks:
-        raw = os.path.join(tmp, ".raw", f"rank{rank}")
-        os.makedirs(raw, exist_ok=True)
-        argv = worker_argv(os.path.join(raw, f"{GROUP}_rank{rank}_%p"), steps) + [
-            sys.executable, "-m", "benchmarks.p4_sizes", "--child", str(per_phase),
-            str(len(steps))]
-        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, cwd=_root()))
-    for proc in procs:
-        proc.wait(timeout=1800)
+    # processes share the cores: each one's ranges, times how many run on one core
+    ranges = per_phase * len(PHASES) * len(steps) * -(-len(ranks) // (os.cpu_count() or 1))
+    with Started("p4-generate") as started:
+        _generate(started, tmp, per_phase, ranks, steps, what, deadline_s(90, RANGE_S, ranges))
     entries = []
     for rank in ranks:
-        # nsys' agent may still be importing when `nsys profile` returns (100 MB: minutes):
-        # wait as verlprof's collection does, judging the files
         pattern = os.path.join(tmp, ".raw", f"rank{rank}", "*.nsys-rep")
-        wait_for_reports([pattern], expected_count=len(steps), timeout_s=1800, poll_s=2.0)
         found = sorted(glob.glob(pattern), key=os.path.getmtime)
         if len(found) != len(steps):
             raise RuntimeError(f"P4 sizes: rank {rank} wrote {len(found)} reports, expected "
@@ -142,6 +139,37 @@ def _ensure(out: str, per_phase: int, ranks: Sequence[int], steps: Sequence[int]
     log(f"P4 sizes: made {len(entries)} reports of {what} in {out} "
         f"({time.monotonic() - began:.0f} s)")
     return out
+
+
+def _generate(started: Started, tmp: str, per_phase: int, ranks: Sequence[int],
+              steps: Sequence[int], what: str, deadline: float) -> None:
+    """One ``nsys profile`` worker command per rank, bounded by ``deadline`` in all; ended by
+    pid (the CLIs, their agents and apps: they carry the step's marker) when it expires."""
+    from verlprof.backends.nsys.reports import ReportWriter, wait_for_reports
+
+    until = time.monotonic() + deadline
+    env = dict(os.environ, NSYS_NVTX_PROFILER_REGISTER_ONLY="0")
+    clis = {}
+    for rank in ranks:
+        raw = os.path.join(tmp, ".raw", f"rank{rank}")
+        os.makedirs(raw, exist_ok=True)
+        argv = worker_argv(os.path.join(raw, f"{GROUP}_rank{rank}_%p"), steps) + [
+            sys.executable, "-m", "benchmarks.p4_sizes", "--child", str(per_phase),
+            str(len(steps))]
+        clis[rank] = started.popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, cwd=_root())
+    started.wait(deadline, f"P4 sizes: making {what} under nsys")
+    for rank, cli in clis.items():
+        # nsys' agent may still be importing when `nsys profile` returns (100 MB: minutes):
+        # wait as verlprof's collection does, judging the files, until its session is gone
+        pattern = os.path.join(tmp, ".raw", f"rank{rank}", "*.nsys-rep")
+        left = until - time.monotonic()
+        waited = wait_for_reports([pattern], expected_count=len(steps), timeout_s=max(left, 0),
+                                  poll_s=1.0, writer=ReportWriter(cli_pid=cli.pid))
+        if not waited.complete:
+            why = waited.problem or f"not finalised within {deadline:.0f}s"
+            raise Stalled(f"P4 sizes: rank {rank}'s {len(steps)} reports {pattern}: "
+                          f"{'; '.join(waited.missing)}; {why}; ended")
 
 
 def _entry(step: int, rank: int, rel: str, size: int) -> Dict:

@@ -25,6 +25,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
+from benchmarks.bounds import Started, deadline_s, ray_get
 from benchmarks.common import DEMO_CONFIG, ROOT, Result, median, run_standalone
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
@@ -98,13 +99,14 @@ def run_loop(plan_dict: Dict[str, Any]) -> Dict[str, Any]:
             t0 = time.perf_counter()
             with controller.step(step):
                 t1 = time.perf_counter()
-                ray.get([a.compute_log_prob.remote(step) for a in actors])
-                ray.get([a.update_actor.remote(step) for a in actors])
+                for phase in ("compute_log_prob", "update_actor"):
+                    ray_get([getattr(a, phase).remote(step) for a in actors],
+                            deadline_s(60, 5.0, len(actors)), f"P5: step {step}'s {phase}")
                 t2 = time.perf_counter()
             t3 = time.perf_counter()
             enter[step], body[step], exit_[step] = t1 - t0, t2 - t1, t3 - t2
             b0 = time.perf_counter()  # a bare round trip to the planned rank, between steps
-            ray.get([a.noop.remote() for a in planned])
+            ray.get([a.noop.remote() for a in planned], timeout=deadline_s(30))
             bare.append(time.perf_counter() - b0)
         manifest = controller.finalize()
     finally:
@@ -124,27 +126,30 @@ def capture_start_floor(sessions: Sequence[Tuple[Sequence[str], Dict[str, str]]]
     out = os.path.join(workdir, f"floor{len(sessions)}")
     barrier = os.path.join(out, "barrier")
     os.makedirs(barrier, exist_ok=True)
-    procs = []
-    for n, (argv, env) in enumerate(sessions):
-        argv = [a if not a.startswith("--output=") else f"--output={out}/floor{n}_%p"
-                for a in argv]
-        procs.append(subprocess.Popen(
-            [*argv, sys.executable, APP, str(STEP_S), barrier, str(len(sessions))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **env}, cwd=ROOT))
     medians: Dict[str, List[float]] = {}
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=300)
-        got: Dict[str, List[float]] = {}
-        for line in stdout.splitlines():
-            kind, _, value = line.partition(" ")
-            if kind in ("alone", "schedule"):
-                got.setdefault(kind, []).append(float(value))
-        if set(got) != {"alone", "schedule"}:
-            raise RuntimeError(f"capture app printed no timings: {stdout[-300:]}"
-                               f"{stderr[-300:]}")
-        for kind, values in got.items():
-            medians.setdefault(kind, []).append(median(values))
+    with Started("p5-floor") as started:  # nsys sessions: ended by pid should one stall
+        procs = []
+        for n, (argv, env) in enumerate(sessions):
+            argv = [a if not a.startswith("--output=") else f"--output={out}/floor{n}_%p"
+                    for a in argv]
+            procs.append(started.popen(
+                [*argv, sys.executable, APP, str(STEP_S), barrier, str(len(sessions))],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, **env}, cwd=ROOT))
+        for proc in procs:
+            stdout, stderr = started.communicate(
+                proc, deadline_s(120, 30.0, len(sessions)),
+                f"P5: a capture app under nsys ({len(sessions)} session(s))")
+            got: Dict[str, List[float]] = {}
+            for line in stdout.splitlines():
+                kind, _, value = line.partition(" ")
+                if kind in ("alone", "schedule"):
+                    got.setdefault(kind, []).append(float(value))
+            if set(got) != {"alone", "schedule"}:
+                raise RuntimeError(f"capture app printed no timings: {stdout[-300:]}"
+                                   f"{stderr[-300:]}")
+            for kind, values in got.items():
+                medians.setdefault(kind, []).append(median(values))
     floor = {kind: max(values) for kind, values in medians.items()}
     floor["sessions"] = float(len(sessions))
     return floor

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 from typing import Optional, Tuple
 
+from benchmarks.bounds import Stalled, deadline_s, run_bounded
 from benchmarks.common import ROOT
 
 PEER_DIR = os.path.join(ROOT, "benchmarks", ".venv-peer")
@@ -32,8 +33,9 @@ def peer_python() -> str:
 
 
 def _run(argv, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, check=False)
+    """``argv`` bounded (pip and what it starts are ended by pid on expiry), output merged."""
+    return run_bounded("peer", argv, deadline_s(timeout), f"peer: {' '.join(argv[:4])}",
+                       stderr=subprocess.STDOUT)
 
 
 def _last_line(text: str) -> str:
@@ -52,8 +54,8 @@ def ensure_peer(timeout_s: float = 400.0, log=print) -> Tuple[Optional[str], str
         f"{', '.join(NEEDED)}); once, a few minutes")
     try:
         return _build(python, timeout_s)
-    except subprocess.TimeoutExpired:
-        return None, f"install took longer than {timeout_s:g}s"
+    except Stalled as err:
+        return None, f"install took longer than {timeout_s:g}s ({err})"
     except OSError as err:
         return None, f"{type(err).__name__}: {err}"
 

@@ -30,6 +30,7 @@ from verlprof.backends.nsys.cli import (
 )
 from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN, nvtx_library_candidates
 from verlprof.backends.nsys.procs import OWNER_ENV
+from verlprof.backends.nsys.reports import ReportWriter
 from verlprof.backends.nsys.sqlite import (
     ReportReadError,
     read_cuda_kernels,
@@ -451,3 +452,41 @@ def test_wait_for_reports_reports_missing_and_pending(tmp_path):
     assert not res.complete and res.found == []
     assert res.pending == [empty.resolve()]
     assert str(tmp_path / "other.nsys-rep") in res.missing
+
+
+_DIES_IN_WINDOW = """
+import os, signal, sys
+from verlprof.backends.nsys import nvtx
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+nvtx.capture_open()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_wait_for_reports_ends_when_the_target_dies_inside_its_window(nsys_exe, tmp_path):
+    """Two windows planned; the app dies inside the first: the wait ends soon after nsys does,
+    naming the session and the target's pid, long before its deadline."""
+    marker = uuid.uuid4().hex
+    _MARKERS.append(marker)
+    pid_file = tmp_path / "pid"
+    argv = [nsys_exe, "profile", *CAPTURE_OPTS, "--capture-range-end=repeat:2", "-f", "true",
+            "-o", str(tmp_path / "worker_%p"), sys.executable, "-c", _DIES_IN_WINDOW,
+            str(pid_file)]
+    cli = subprocess.Popen(argv, env=_app_env(**{nsys_cli.MARKER_ENV: marker}), cwd=str(REPO),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if pid_file.exists() or cli.poll() is not None:
+                break
+            time.sleep(0.1)
+        target = int(pid_file.read_text())
+        started = time.monotonic()
+        waited = wait_for_reports(str(tmp_path / "worker_*.nsys-rep"), 2, timeout_s=300,
+                                  poll_s=0.2, writer=ReportWriter(cli.pid, target))
+        elapsed = time.monotonic() - started
+    finally:
+        cli.wait(60)
+    assert waited.problem is not None and elapsed < 120, (elapsed, waited)
+    assert f"CLI pid {cli.pid}" in waited.problem and f"target pid {target}" in waited.problem
+    assert not waited.complete

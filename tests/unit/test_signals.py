@@ -142,3 +142,38 @@ def test_pass_on_sigterm_with_the_default_handler_exits_143_without_killing(hand
     with pytest.raises(SystemExit) as info:
         guard.pass_on()
     assert info.value.code == 143
+
+
+def test_a_held_signal_comes_due_after_hold_s_and_then_aborts(handlers, caplog):
+    guard = SignalGuard(hold_s=0.3)
+    guard.install()
+    installed(guard)
+    caplog.set_level(logging.WARNING, logger="verlprof")
+    started = time.monotonic()
+    with pytest.raises(ProfilingTerminated) as info, guard.shield():
+        send(signal.SIGTERM)  # held
+        assert guard.received == signal.SIGTERM
+        time.sleep(30)  # a finalise that never ends: the held signal wakes it
+    assert time.monotonic() - started < 10
+    assert guard.cut_short(info.value) == ("finalize cut short by SIGTERM, held 0.3s "
+                                           "(finalize_timeout_s)")
+    assert isinstance(guard.interruption(), ProfilingTerminated)
+    assert "for at most 0.3s" in caplog.records[0].getMessage()
+    assert guard.restore() == signal.SIGTERM
+
+
+def test_a_held_signal_is_acted_on_when_finalising_ends_first(handlers):
+    guard = SignalGuard(hold_s=0.3)
+    guard.install()
+    with guard.shield():
+        send(signal.SIGINT)
+    time.sleep(0.6)  # the timer was cancelled with the shield: nothing is delivered again
+    assert guard.restore() == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+        guard.pass_on()
+
+
+def test_cut_short_re_raises_an_interrupt_that_is_not_the_guards(handlers):
+    guard = SignalGuard(hold_s=1)
+    with pytest.raises(KeyboardInterrupt):
+        guard.cut_short(KeyboardInterrupt())

@@ -119,7 +119,7 @@ class ProfileController:
         self._done_windows: Set[StepWindow] = set()
         self._warnings: List[str] = list(plan.warnings) + list(self.run.notes)
         self._finalized: Optional[Manifest] = None
-        self._signals = SignalGuard()
+        self._signals = SignalGuard(hold_s=self.finalize_timeout_s)
         line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
         logger.info(line)
         if echo:
@@ -291,10 +291,14 @@ class ProfileController:
             self.stop_all(raise_errors=False)
             timeout = self.finalize_timeout_s if timeout_s is None else timeout_s
             items: List[WorkerReport] = []
-            alive = self._live(self.targets)
+            alive, cut = self._live(self.targets), ""
             margin = min(30.0, 5.0 + timeout / 10)
-            results, errors = self._rpc.call("verlprof_finalize", alive, lambda t: (timeout,),
-                                             timeout_s=timeout + margin, wait_busy=True)
+            try:
+                results, errors = self._rpc.call("verlprof_finalize", alive, lambda t: (timeout,),
+                                                 timeout_s=timeout + margin, wait_busy=True)
+            except KeyboardInterrupt as err:  # a held signal came due: the manifest still goes
+                cut = self._signals.cut_short(err)
+                results, errors = {}, [(t, cut) for t in alive]
             self._on_errors(errors, False)
             why = {t: msg for t, msg in errors}
             plans = {(p.group, p.rank): p for p in self.plan.processes}
@@ -312,13 +316,15 @@ class ProfileController:
                     reason += f"; {len(partial)} uncollected file(s) left in {folder}"
                 items.extend(unreachable_reports(plans[target], where, reason))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
-            entries += self._controller.collect(timeout, local_node)
+            entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)
             manifest = self._write(self._manifest(entries))
             if self.plan.finish_hook is not None:
                 manifest = self._run_finish_hook(manifest, self.plan.finish_hook)
             self._finalized = manifest
             self.run.release()
+        if cut:  # now that the manifest is written
+            raise self._signals.interruption()
         return manifest
 
     def _write(self, manifest: Manifest) -> Manifest:
@@ -346,10 +352,9 @@ class ProfileController:
 
     def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
         """Call after the workers have exited, before ``ray.shutdown()``: waits until each
-        wrapped process's profiler has finished writing and ended (see
-:mod:`verlprof.runtime.teardown`), then gathers what a tool wrote at exit (rocprof-sys) and
-        rewrites the manifest with it (:meth:`finalize` then returns that one).
-        Returns problems, one line each (also recorded as warnings)."""
+        wrapped process's profiler has finished writing and ended (runtime/teardown.py), then
+        gathers what a tool wrote at exit (rocprof-sys) and rewrites the manifest with it
+        (:meth:`finalize` then returns that one). Returns problems, one line each."""
         by_node: Dict[str, List[int]] = {}
         for identity in self._identity.values():
             if identity.profiler_pid:
@@ -385,6 +390,9 @@ class ProfileController:
                         raise
                     logger.error("verlprof: finalize after %s failed: %s",
                                  exc_type.__name__, describe_error(err))
+        except KeyboardInterrupt:  # the held signal came due or a second one came: passed on
+            if self._signals.received is None:
+                raise
         finally:
             self.run.release()
             received = self._signals.restore()

@@ -20,7 +20,7 @@ from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import capture_range, nvtx
 from verlprof.backends.nsys.cli import wait_for_reports
-from verlprof.backends.nsys.reports import ReportWait
+from verlprof.backends.nsys.reports import ReportWait, own_writer
 from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
@@ -89,7 +89,8 @@ class NsysCapture(Capture):
         waited: Optional[ReportWait] = None
         total = len(opened) + self._fillers
         if total:
-            waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S)
+            waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S,
+                                      writer=own_writer())  # its agent gone: none can come
             by_ordinal = ordinals([str(p) for p in waited.found])
             for n in range(len(opened) + 1, total + 1):
                 _remove(by_ordinal.get(n))

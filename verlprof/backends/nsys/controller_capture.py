@@ -14,7 +14,7 @@ from verlprof import paths
 from verlprof.backends.nsys import capture_range, nvtx
 from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals
 from verlprof.backends.nsys.cli import wait_for_reports
-from verlprof.backends.nsys.reports import ReportWait
+from verlprof.backends.nsys.reports import ReportWait, own_writer
 from verlprof.manifest import ReportEntry
 from verlprof.plan.model import ProfilePlan
 from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow
@@ -99,7 +99,7 @@ class ControllerCapture:
             "%p", str(os.getpid()))
         pattern = os.path.join(self.plan.output_dir, paths.CONTROLLER_DIR, base + ".*nsys-rep")
         waited = wait_for_reports(pattern, len(self.plan.controller.windows), timeout_s,
-                                  poll_s=REPORT_POLL_S)
+                                  poll_s=REPORT_POLL_S, writer=own_writer())
         by_ordinal = ordinals([str(p) for p in waited.found])
         entries = []
         for n, window in enumerate(opened + fillers, start=1):
