@@ -125,6 +125,18 @@ class HookRun:
 
 
 @dataclass(frozen=True)
+class ServedGroup:
+    """A served model's replicas (verl's rollout replicas, the served reward model): rank
+    ``r`` of the group is replica ``r``, which owns global GPU ranks ``r * gpus_per_replica``
+    to ``(r + 1) * gpus_per_replica - 1``."""
+
+    engine: str
+    """Its inference engine (``vllm``, ``sglang``, ...)."""
+    gpus_per_replica: int
+    """GPUs (global ranks) of each replica: tensor x data x pipeline parallel."""
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything collected in one run."""
 
@@ -160,6 +172,9 @@ class Manifest:
     run_id: Optional[str] = None
     """The run that wrote it, ``<UTC yyyymmdd-HHMMSS>-<host>-<pid>`` (manifests before this
     field: None). One run, one manifest: see ``verlprof/runtime/ownership.py``."""
+    served: Dict[str, ServedGroup] = field(default_factory=dict)
+    """The groups of ``groups`` that are a served model's replicas, by name (empty before this
+    field, and in runs without one)."""
 
     def by_status(self, status: Status) -> List[ReportEntry]:
         """Entries with ``status``."""

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.base import PENDING_AT_EXIT, worker_report
-from verlprof.manifest import Manifest, ProcessInfo, ReportEntry
+from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, ServedGroup
 from verlprof.plan.model import ProcessPlan, ProfilePlan
 from verlprof.records import (
     STATUS_INCOMPLETE,
@@ -244,4 +244,6 @@ def run_manifest(plan: ProfilePlan, entries: List[ReportEntry],
         groups={g.name: g.world_size for g in plan.groups}, source=plan.source,
         warnings=tuple(dict.fromkeys(warnings)), verl_release=plan.verl_release,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        verlprof_version=__version__, run_id=run_id)
+        verlprof_version=__version__, run_id=run_id,
+        served={g.name: ServedGroup(engine=g.engine, gpus_per_replica=g.rank_span)
+                for g in plan.groups if g.served})
