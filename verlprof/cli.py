@@ -147,6 +147,8 @@ def _note_existing_run(plan) -> None:
         return
     policy = plan.policy.existing_run
     outcome = {"refuse": "a run started now is refused",
+               "move_aside": "a run started now moves it into <output_dir>/<its run id>/ and "
+                             "writes into <output_dir>",
                "new_subdir": "a run started now writes into <output_dir>/<run id>/",
                "reuse": "a run started now writes over it (refused while that run goes on)"}
     print(f"note: {visible(found)}; with {POLICY_KEY}={policy} {outcome[policy]}")
