@@ -5,9 +5,10 @@ backend, one profiled rank, one or two steps) on a live Ray cluster.
     the second run (``existing_run=refuse``) refuses before it starts anything, naming the
     first run's host and PID.
 (a) a re-run into the same directory once the first has ended is refused in one line
-    (``existing_run=refuse``) and touches nothing; with ``trainer.profiler.existing_run=new_subdir`` it writes into
-    ``<output_dir>/<run id>/``. Afterwards every report on disk is in exactly one manifest, and
-    ``verlprof report`` on the directory gives each run's own figures, in its own summary.
+    (``existing_run=refuse``) and touches nothing; with
+    ``trainer.profiler.existing_run=new_subdir`` it writes into ``<output_dir>/<run id>/``.
+    Afterwards every report on disk is in exactly one manifest, and ``verlprof report`` gives
+    each run's own figures (the directory's own run, then ``--run ID``), in its own summary.
 
 One scenario, two real runs (the first one serves both parts: a real run costs ~10-20 s).
 """
