@@ -81,6 +81,7 @@ def _valid_to_add(cfg: DictConfig, err: ov.MissingKeyError) -> ConfigError:
     if item is None:
         return err
     probe = OmegaConf.create(OmegaConf.to_container(cfg))
+    assert isinstance(probe, DictConfig)  # made from a DictConfig's container
     try:
         ov.apply(probe, [ov.Override(text="++" + item.text, key=item.key, kind="force_add",
                                      value=item.value, has_value=True)])
