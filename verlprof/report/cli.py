@@ -18,6 +18,8 @@ from verlprof.safe_text import visible
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+EXIT_NOT_OK = 3
+"""``--strict``: a report is missing, incomplete or unreadable."""
 
 
 def _bounded(kind, minimum, strict: bool, noun: str):
@@ -78,6 +80,14 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
                              "caps how many reports are read at once")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON instead of tables (per-step, "
+                             "per-phase figures, stragglers, every report's status; schema: "
+                             "verlprof/report/summary.schema.json); the files are still "
+                             "written")
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit {EXIT_NOT_OK} when any report is not ok (missing, "
+                             "incomplete, unreadable); the summary is still written")
     parser.add_argument("--run", metavar="ID", default=None,
                         help="when OUTPUT_DIR holds several runs (each with its manifest, "
                              "e.g. <run id>/ subdirectories), summarise only this one "
@@ -128,10 +138,27 @@ def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
         before = warm.input_probes(args.output_dir, reports) if reports is not None else None
         from verlprof.report.summary import summarize
 
+        as_json = getattr(args, "json", False)
+        quiet: Dict[str, Any] = {}
+        if as_json:
+            from rich.console import Console
+
+            quiet = {"console": Console(quiet=True), "progress": False}
         summary = summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
                             min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                             jobs=args.jobs, picture=args.picture,
-                            per_step=getattr(args, "per_step", None))
+                            per_step=getattr(args, "per_step", None), **quiet)
+        from verlprof.report import json_out
+
+        if as_json:
+            import json
+
+            print(json.dumps(json_out.summary_json(summary), indent=2, ensure_ascii=False))
+        not_ok = [r for r in json_out.report_statuses(summary) if r["status"] != "ok"]
+        if getattr(args, "strict", False) and not_ok:
+            print(f"verlprof: report: --strict: {len(not_ok)} report(s) not ok (first: "
+                  f"{visible(not_ok[0]['path'])}, {not_ok[0]['status']})", file=sys.stderr)
+            return EXIT_NOT_OK
         if before is not None and before[0][1] == manifest_state:
             seen.update(summary=summary, reports=reports, before=before,
                         picture=args.picture)
