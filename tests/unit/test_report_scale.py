@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+import re
 
 import pytest
 from rich.console import Console
@@ -214,3 +215,62 @@ def test_scale_html_script_draws_bands_and_outliers(scale, tmp_path):
     # 39 bars (controller, r517, 4 critic_train outliers) + 3 rects per band (8 x 3 steps)
     assert drawn["bars"] == 3 * (8 + 1 + 4) + 3 * 8 * 3
     assert drawn["stragglers"] == 3 + 4 and drawn["zero"] == 0 and drawn["steps"] == 3
+
+
+
+NARROW_PHASES = (("actor_rollout_ref", "rollout", "generate_sequences"),
+                 ("actor_rollout_ref", "actor", "compute_log_prob"),
+                 ("actor_rollout_ref", "ref", "compute_ref_log_prob"),
+                 ("critic", "critic", "compute_values"), ("critic", "critic", "update_critic"),
+                 ("actor_rollout_ref", "actor", "update_actor"))
+"""Phases whose names share a prefix (``comp…`` would be four of them)."""
+
+
+def _narrow_run(out) -> None:
+    """5 profiled steps, 2 ranks per group, critic rank 1 three times slower."""
+    entries = []
+    for step in range(1, 6):
+        for group in ("actor_rollout_ref", "critic"):
+            for rank in range(2):
+                ranges, t = [], (step - 1) * 5_000_000
+                for g, role, phase in NARROW_PHASES:
+                    if g == group:
+                        dur = 100_000 * (3 if (group, rank) == ("critic", 1) else 1)
+                        ranges.append((f"{role}/{phase}", float(t), float(dur)))
+                        t += dur + 10_000
+                rel = f"step{step:04d}/{group}/rank{rank}/r{rank}.pt.trace.json.gz"
+                _trace(os.path.join(out, rel), ranges)
+                entries.append(ReportEntry(steps=(step,), group=group, rank=rank,
+                                           component=group, backend="torch", path=rel,
+                                           status="ok"))
+    write_manifest(Manifest(tool="torch", output_dir=str(out),
+                            step_windows=tuple((s,) for s in range(1, 6)),
+                            reports=tuple(entries)), str(out))
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_console_at_80_columns_keeps_every_phase_distinguishable(tmp_path, width):
+    """The across-steps table needs ~130 columns. Narrower, each row's group and phase become
+    a number and a legend names them whole (never ``comp…`` for compute_log_prob and
+    compute_values alike) and no column is dropped; wider, the names stay in the table."""
+    from verlprof.report.console import print_findings
+
+    _narrow_run(tmp_path)
+    summary = summarize(str(tmp_path), console=Console(quiet=True), jobs=1, picture=False)
+    console = Console(file=io.StringIO(), width=width)
+    print_findings(summary, console)
+    text = console.file.getvalue()
+    table = text.split("per step and rank")[0].splitlines()
+    assert max(len(line) for line in table) <= width and "…" not in "".join(table)
+    header = next(line for line in table if "median" in line)
+    for column in ("steps", "median", "p5", "p95", "max", "first", "last", "slowest",
+                   "stragglers"):
+        assert re.search(rf"\b{column}\b", header), (column, header)
+    wanted = [f"{role}/{phase}" for _, role, phase in NARROW_PHASES
+              if role not in ("critic",)] + ["compute_values", "update_critic"]
+    for name in wanted:  # each phase whole, on exactly one line of the table or legend
+        assert sum(1 for line in table if re.search(rf"(^|[ │]){re.escape(name)}( |$)",
+                                                     line)) == 1, (name, text)
+    assert "5 in 5 steps" in text  # the stragglers column, with critic rank 1's count
+    if width >= 200:
+        assert any("compute_values" in line and "│" in line for line in table)
