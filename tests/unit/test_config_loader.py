@@ -282,3 +282,18 @@ def test_warnings_are_logged_once(caplog):
                                "selects nothing",)
     logged = [r.getMessage() for r in caplog.records if r.name == "verlprof"]
     assert logged == list(loaded.warnings)
+
+
+def test_a_torch_profiled_rank_starts_with_kineto_quiet_and_others_do_not():
+    """PyTorch's profiler prints `USDT: ... profiler_start/stop` for every window into the
+    trainer's console unless KINETO_LOG_LEVEL is 6 in the profiled process (checked by hand
+    with a torch demo: 4 such lines before, none after)."""
+    from verlprof.plan import build_plan
+    from verlprof.runtime.launch import worker_options
+
+    loaded = load_config(PPO, ["trainer.profiler.tool=torch",
+                               "actor_rollout_ref.actor.profile_ranks=[0]"], env={})
+    plan = build_plan(loaded.profiling, loaded.topology)
+    profiled = worker_options(plan, "actor_rollout_ref", 0)["runtime_env"]
+    assert profiled["env_vars"]["KINETO_LOG_LEVEL"] == "6"
+    assert "env_vars" not in worker_options(plan, "actor_rollout_ref", 1)["runtime_env"]
