@@ -134,7 +134,7 @@ def test_a_long_lane_name_is_shown_whole_on_two_lines():
 def test_the_page_draws_the_last_step_label_whole(tmp_path):
     """In the browser the last label was cut to "step": it ran past the SVG's right edge."""
     chromium = require_chromium()
-    steps = [(n, (n - 1) * 1.1, (n - 1) * 1.1 + 1.0) for n in range(1, 11)] + [(11, 11.0, 11.01)]
+    steps = [(n, (n - 1) * 1.1, (n - 1) * 1.1 + 1.0) for n in range(1, 11)] + [(11, 12.0, 12.01)]
     page = write_html(run_of(steps, ["update_actor"]), str(tmp_path / "t.html"))
     argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000",

@@ -107,14 +107,19 @@ function draw() {
       r.addEventListener("mouseenter", () => document.getElementById("info").textContent = b[7]);
     }
   }
+  let freeFrom = 0;  // a label that would overlap the previous one is left out, as in the PNG
   for (const [n, s, e] of D.steps) {
     el("line", {x1: x(s), x2: x(s), y1: TOP - 6, y2: H - AX, stroke: "#444"}, svg);
     el("line", {x1: x(e), x2: x(e), y1: TOP - 6, y2: H - AX, stroke: "#444",
                 "stroke-dasharray": "4 3"}, svg);
     const t = el("text", {x: x(s) + 3, y: TOP - 10, "font-weight": "bold"}, svg, "step " + n);
-    if (t.getComputedTextLength && x(s) + 3 + t.getComputedTextLength() > LW + W + 8) {
+    const len = t.getComputedTextLength ? t.getComputedTextLength() : 0;
+    let left = x(s) + 3;
+    if (left + len > LW + W + 8) {
+      left = LW + W + 8 - len;
       t.setAttribute("x", LW + W + 8); t.setAttribute("text-anchor", "end");  // never cut
     }
+    if (left < freeFrom) svg.removeChild(t); else freeFrom = left + len + 6;
   }
 }
 function swatch(label, css) {  // text and style through the DOM: a name is never markup
