@@ -44,9 +44,10 @@ def _trace(path, ranges):
         json.dump({"baseTimeNanoseconds": T0_NS, "traceEvents": events}, handle)
 
 
-def many_steps(out, steps: int, ranks: int = 2):
+def many_steps(out, steps: int, ranks: int = 2, phases=PHASES):
     """A torch run of ``steps`` profiled steps (every second training step), ``ranks`` ranks
-    per group: critic rank 1 straggles in every profiled step, actor rank 0 once."""
+    per group, each running ``phases`` ((group, role, phase, ms), ...): critic rank 1
+    straggles in every profiled step, actor rank 0 once (step 14)."""
     entries = []
     for n in range(steps):
         step = 2 * (n + 1)
@@ -54,7 +55,7 @@ def many_steps(out, steps: int, ranks: int = 2):
         for group in ("actor_rollout_ref", "critic"):
             for rank in range(ranks):
                 ranges, t = [], begin_us
-                for g, role, phase, ms in PHASES:
+                for g, role, phase, ms in phases:
                     if g != group:
                         continue
                     dur = (ms + 2 * rank + n % 3) * 1000
@@ -218,34 +219,13 @@ def test_scale_html_script_draws_bands_and_outliers(scale, tmp_path):
 
 
 
-NARROW_PHASES = (("actor_rollout_ref", "rollout", "generate_sequences"),
-                 ("actor_rollout_ref", "actor", "compute_log_prob"),
-                 ("actor_rollout_ref", "ref", "compute_ref_log_prob"),
-                 ("critic", "critic", "compute_values"), ("critic", "critic", "update_critic"),
-                 ("actor_rollout_ref", "actor", "update_actor"))
+NARROW_PHASES = (("actor_rollout_ref", "rollout", "generate_sequences", 300),
+                 ("actor_rollout_ref", "actor", "compute_log_prob", 100),
+                 ("actor_rollout_ref", "ref", "compute_ref_log_prob", 100),
+                 ("critic", "critic", "compute_values", 100),
+                 ("critic", "critic", "update_critic", 150),
+                 ("actor_rollout_ref", "actor", "update_actor", 200))
 """Phases whose names share a prefix (``comp…`` would be four of them)."""
-
-
-def _narrow_run(out) -> None:
-    """5 profiled steps, 2 ranks per group, critic rank 1 three times slower."""
-    entries = []
-    for step in range(1, 6):
-        for group in ("actor_rollout_ref", "critic"):
-            for rank in range(2):
-                ranges, t = [], (step - 1) * 5_000_000
-                for g, role, phase in NARROW_PHASES:
-                    if g == group:
-                        dur = 100_000 * (3 if (group, rank) == ("critic", 1) else 1)
-                        ranges.append((f"{role}/{phase}", float(t), float(dur)))
-                        t += dur + 10_000
-                rel = f"step{step:04d}/{group}/rank{rank}/r{rank}.pt.trace.json.gz"
-                _trace(os.path.join(out, rel), ranges)
-                entries.append(ReportEntry(steps=(step,), group=group, rank=rank,
-                                           component=group, backend="torch", path=rel,
-                                           status="ok"))
-    write_manifest(Manifest(tool="torch", output_dir=str(out),
-                            step_windows=tuple((s,) for s in range(1, 6)),
-                            reports=tuple(entries)), str(out))
 
 
 @pytest.mark.parametrize("width", [80, 100, 200])
@@ -255,7 +235,7 @@ def test_console_at_80_columns_keeps_every_phase_distinguishable(tmp_path, width
     compute_values alike) and no column is dropped; wider, the names stay in the table."""
     from verlprof.report.console import print_findings
 
-    _narrow_run(tmp_path)
+    many_steps(tmp_path, 5, phases=NARROW_PHASES)
     summary = summarize(str(tmp_path), console=Console(quiet=True), jobs=1, picture=False)
     console = Console(file=io.StringIO(), width=width)
     print_findings(summary, console)
@@ -266,7 +246,7 @@ def test_console_at_80_columns_keeps_every_phase_distinguishable(tmp_path, width
     for column in ("steps", "median", "p5", "p95", "max", "first", "last", "slowest",
                    "stragglers"):
         assert re.search(rf"\b{column}\b", header), (column, header)
-    wanted = [f"{role}/{phase}" for _, role, phase in NARROW_PHASES
+    wanted = [f"{role}/{phase}" for _, role, phase, _ in NARROW_PHASES
               if role not in ("critic",)] + ["compute_values", "update_critic"]
     for name in wanted:  # each phase whole, on exactly one line of the table or legend
         assert sum(1 for line in table if re.search(rf"(^|[ │]){re.escape(name)}( |$)",
