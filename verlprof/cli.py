@@ -1,6 +1,10 @@
 """``verlprof``: plan, check, demo and report from the command line.
 
-Every error a user can cause prints one line (``verlprof: <key>: <problem>``) and exits 2.
+Every error prints one line on stderr (``verlprof: <key>: <problem>``). Exit codes, the same
+for every subcommand (docs/user_guide.md#exit-codes): 0 done; 1 the run or the command failed
+for a reason outside the config (Ray could not start, a file could not be written; set
+``VERLPROF_DEBUG=1`` for the traceback); 2 bad usage or a bad config (nothing was started);
+3 ``report --strict`` and a report is not ok; 130 interrupted; 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ if TYPE_CHECKING:
 
 # argparse, verlprof.errors and verlprof.safe_text load in the functions that use them
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
+DEBUG_ENV = "VERLPROF_DEBUG"
 
 EPILOG = """typical use:
   verlprof plan --config trainer.yaml 'trainer.profile_steps=[3,4]' \\
@@ -37,19 +43,33 @@ docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 def _parser() -> argparse.ArgumentParser:
     import argparse
 
-    parser = argparse.ArgumentParser(
+    class OneLineParser(argparse.ArgumentParser):
+        """Usage errors in one line, like every other error (argparse prints the usage too)."""
+
+        def error(self, message: str):
+            from verlprof.safe_text import visible
+
+            self.exit(EXIT_USAGE, f"verlprof: {visible(message)} (see {self.prog} --help)\n")
+
+    parser = OneLineParser(
         prog="verlprof",
         description="Profiling controller for Ray-based RL trainers (verl style): plan which\n"
                     "steps and ranks are profiled, check a config, run the CPU demo, and\n"
                     "summarise a run's reports.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from verlprof.version import __version__
+
+    parser.add_argument("--version", action="version", version=f"verlprof {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser, required: bool = True) -> None:
-        p.add_argument("--config", required=required, metavar="FILE",
+        p.add_argument("--config", metavar="FILE",
                        help="trainer YAML: verlprof's keys, verl's per-role 'profiler' "
-                            "blocks or verl's 'global_profiler' (docs/migrating_from_verl.md)")
-        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                            "blocks or verl's 'global_profiler' (docs/migrating_from_verl.md); "
+                            "also accepted as the first positional argument"
+                            + ("" if required else " (default: the demo's own config)"))
+        p.set_defaults(config_required=required)
+        p.add_argument("overrides", nargs="*", metavar="[FILE] KEY=VALUE",
                        help="Hydra dotlist overrides as verl users type them, e.g. "
                             "'trainer.profile_steps=[3,4]' "
                             "'actor_rollout_ref.actor.profile_ranks=[0]'; prefix a key the "
@@ -96,7 +116,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    args = parser.parse_args(given)
+    if hasattr(args, "config_required"):
+        _config_from_positional(parser, args)
     from verlprof.errors import ConfigError, ProfilingRuntimeError
     from verlprof.runtime.signals import ProfilingTerminated
 
@@ -112,6 +136,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("verlprof: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # anything else: one line too, the traceback on request
+        import os
+
+        if os.environ.get(DEBUG_ENV):
+            raise
+        from verlprof.safe_text import visible
+
+        text = " ".join(str(err).split()) or type(err).__name__
+        prefix = "" if text.startswith(f"{args.command}: ") else f"{args.command}: "
+        kind = "" if type(err).__name__ == "RayStartError" else f"{type(err).__name__}: "
+        print(f"verlprof: {prefix}{kind}{visible(text)} (set {DEBUG_ENV}=1 for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _config_from_positional(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``verlprof check FILE KEY=VALUE ...`` as well as ``--config FILE``: a first positional
+    argument that is not an override is the config."""
+    first = args.overrides[0] if args.overrides else ""
+    if first and "=" not in first and not first.startswith(("~", "+")):
+        if args.config is not None:
+            parser.error(f"{args.command}: {first!r} is not KEY=VALUE (the config is "
+                         f"--config {args.config})")
+        args.config = args.overrides.pop(0)
+    if args.config is None and args.config_required:
+        parser.error(f"{args.command}: give the trainer YAML: verlprof {args.command} FILE "
+                     "[KEY=VALUE ...] (or --config FILE)")
 
 
 def _one_line(err: BaseException) -> str:
@@ -136,9 +187,42 @@ def _note_existing_run(plan) -> None:
         return
     policy = plan.policy.existing_run
     outcome = {"refuse": "a run started now is refused",
+               "move_aside": "a run started now moves it into <output_dir>/<its run id>/ and "
+                             "writes into <output_dir>",
                "new_subdir": "a run started now writes into <output_dir>/<run id>/",
                "reuse": "a run started now writes over it (refused while that run goes on)"}
     print(f"note: {visible(found)}; with {POLICY_KEY}={policy} {outcome[policy]}")
+
+
+def _check_output_dir(plan) -> None:
+    """``check``: the output directory is a writable directory, or can be created. Probed for
+    real (``os.access`` says yes to root everywhere): a file made and removed in it, or its
+    first missing directory made and removed; nothing is left behind."""
+    import os
+    import tempfile
+
+    from verlprof.errors import ConfigError
+
+    if not plan.enabled:
+        return
+    target = os.path.abspath(plan.output_dir)
+    probe = target
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        if not os.path.isdir(probe):
+            raise NotADirectoryError(f"{probe} is not a directory")
+        if probe == target:
+            with tempfile.TemporaryFile(dir=target):
+                pass
+        else:
+            first_missing = os.path.join(probe, os.path.relpath(target, probe).split(os.sep)[0])
+            os.mkdir(first_missing)
+            os.rmdir(first_missing)
+    except OSError as err:
+        raise ConfigError("trainer.profiler.output_dir", f"{target} cannot be created or "
+                                                        f"written: {err.strerror or err}") \
+            from None
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -152,6 +236,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         plan = build_plan(loaded.profiling, loaded.topology)
         warnings = list(dict.fromkeys(list(loaded.warnings) + list(plan.warnings)))
         if args.command == "check":
+            _check_output_dir(plan)
             for warning in warnings:
                 print(f"verlprof: warning: {visible(warning)}", file=sys.stderr)
             print(f"verlprof: {args.config}: ok ({len(plan.reports)} report(s) planned)")

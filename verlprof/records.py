@@ -20,7 +20,7 @@ Status = Literal["ok", "missing", "incomplete"]
 """What became of a planned report."""
 OnRankFailure = Literal["continue", "raise"]
 """What the controller does when a rank fails or dies."""
-ExistingRun = Literal["refuse", "new_subdir", "reuse"]
+ExistingRun = Literal["move_aside", "new_subdir", "refuse", "reuse"]
 """What a run does when its output directory already holds another run's manifest or reports."""
 Transfer = Literal["rename", "ray", "direct"]
 """How a report reached output_dir."""

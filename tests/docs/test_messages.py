@@ -14,6 +14,7 @@ from tests.docs.test_snippets import DEMO_OUTPUT, FIXTURE
 from tests.helpers import require_nsys
 from verlprof.backends.base import PERFETTO_URL
 from verlprof.manifest import ReportEntry
+from verlprof.report.model import Problem
 from verlprof.report.next_steps import next_steps
 from verlprof.report.progress import Progress
 
@@ -119,7 +120,10 @@ def test_next_steps_prefer_a_worker_report_and_mention_problems():
     summary = _summary([_entry("nsys", "controller/c.1.nsys-rep", group="controller"),
                         _entry("nsys", "step0003/critic/rank0/c.nsys-rep", group="critic"),
                         _entry("nsys", "step0004/critic/rank0/c.nsys-rep", status="missing")],
-                       missing=("one problem",))
+                       missing=(Problem(kind="missing", steps=(4,), group="critic", rank=0,
+                                        component="critic",
+                                        path="step0004/critic/rank0/c.nsys-rep",
+                                        reason="never written"),))
     text = "\n".join(next_steps(summary))
     assert "nsys-ui /out/step0003/critic/rank0/c.nsys-rep" in text
     assert "1 report(s) not summarised" in text

@@ -103,9 +103,9 @@ def test_every_block_names_a_known_language():
 def test_readme_keeps_the_two_setup_commands():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
         text = handle.read()
-    for line in ("make demo   # installs everything (venv, torch CPU, nsys), runs the demo PPO "
-                 "trainer profiled",
-                 "make test   # installs everything, then runs the whole test suite (unit + "
+    for line in ("make demo   # installs what the demo needs (venv, torch CPU, nsys), runs the "
+                 "demo profiled",
+                 "make test   # installs the rest (test tools, verl), runs every test (unit + "
                  "real Ray/nsys/torch)"):
         assert line in text.splitlines()
 

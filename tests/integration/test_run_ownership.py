@@ -2,11 +2,13 @@
 backend, one profiled rank, one or two steps) on a live Ray cluster.
 
 (b) two runs at once on one directory: a real ``verlprof demo`` (its own process) holds it;
-    the second run refuses before it starts anything, naming the first run's host and PID.
-(a) a re-run into the same directory once the first has ended is refused in one line and
-    touches nothing; with ``trainer.profiler.existing_run=new_subdir`` it writes into
-    ``<output_dir>/<run id>/``. Afterwards every report on disk is in exactly one manifest, and
-    ``verlprof report`` on the directory gives each run's own figures, in its own summary.
+    the second run (``existing_run=refuse``) refuses before it starts anything, naming the
+    first run's host and PID.
+(a) a re-run into the same directory once the first has ended is refused in one line
+    (``existing_run=refuse``) and touches nothing; with
+    ``trainer.profiler.existing_run=new_subdir`` it writes into ``<output_dir>/<run id>/``.
+    Afterwards every report on disk is in exactly one manifest, and ``verlprof report`` gives
+    each run's own figures (the directory's own run, then ``--run ID``), in its own summary.
 
 One scenario, two real runs (the first one serves both parts: a real run costs ~10-20 s).
 """
@@ -37,6 +39,8 @@ ONE_RANK = ["trainer.profiler.tool=torch", "trainer.n_gpus_per_node=1",
             "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
             "reward_model.enable=false"]
 """The smallest real run: one actor_rollout_ref rank (profiled), no critic, no reward model."""
+REFUSE = "trainer.profiler.existing_run=refuse"
+"""Not the default (move_aside: tests/unit/test_ownership.py), the policy that refuses."""
 
 
 def run_of(step: int):
@@ -82,7 +86,7 @@ def test_runs_on_one_directory_never_orphan_each_others_reports(ray_cluster, tmp
         assert holder is not None, first_run.communicate()[0]
         # ...so a second run on it refuses before it starts anything, naming host and PID
         with pytest.raises(ConfigError) as refused:
-            run_case(out, run_of(2))
+            run_case(out, [*run_of(2), REFUSE])
         message = str(refused.value)
         assert message.startswith("trainer.profiler.output_dir: ") and "\n" not in message
         assert f"in use by run {holder.run_id} (host {socket.gethostname()}, " \
@@ -102,7 +106,7 @@ def test_runs_on_one_directory_never_orphan_each_others_reports(ray_cluster, tmp
     # (a) a re-run into the same directory: refused in one line, nothing on disk touched...
     before = disk(out)
     with pytest.raises(ConfigError) as refused:
-        run_case(out, run_of(2))
+        run_case(out, [*run_of(2), REFUSE])
     message = str(refused.value)
     assert message.startswith("trainer.profiler.output_dir: ") and "\n" not in message
     assert f"run {first['run_id']} (host {first['controller']['host']}, written " in message
@@ -122,6 +126,6 @@ def test_runs_on_one_directory_never_orphan_each_others_reports(ray_cluster, tmp
     # verlprof report gives each run's own figures, in each run's own summary
     capsys.readouterr()
     assert verlprof_main(["report", out, "--no-picture"]) == 0
-    text = capsys.readouterr().out
-    assert f"holds 2 runs ({first['run_id']}, {second['run_id']})" in text
+    assert f"also keeps 1 other run(s) ({second['run_id']})" in capsys.readouterr().err
+    assert verlprof_main(["report", out, "--no-picture", "--run", second["run_id"]]) == 0
     assert summary_steps(out) == {1} and summary_steps(second["output_dir"]) == {2}

@@ -141,6 +141,33 @@ def test_malformed_overrides_name_the_key(override, prefix):
     assert error(load_config, PPO, [override], env={}).startswith(prefix)
 
 
+MINIMAL = {"trainer": {"profile_steps": [1], "nnodes": 1, "n_gpus_per_node": 2},
+           "actor_rollout_ref": {"actor": {"profile_ranks": [0]}}}
+
+
+@pytest.mark.parametrize("config, override, message", [
+    # a close key beside it comes first: a typo is likelier than a key to add
+    ("ppo", "actor_rollout_ref.actor.profile_rank=[0]", "actor_rollout_ref.actor.profile_rank: "
+     "no such key in the config; did you mean actor_rollout_ref.actor.profile_ranks?"),
+    ("ppo", "trainer.profiler.too=torch", "did you mean trainer.profiler.tool?"),
+    # none beside it: `+` only for a key verlprof accepts there, else the schema's answer
+    ("minimal", "actor_rollout_ref.actor.profile_discret=true", "actor_rollout_ref.actor."
+     "profile_discret: unknown key; did you mean profile_discrete?"),
+    ("minimal", "actor_rollout_ref.actor.profile_discrete=true", "to add it write "
+     "+actor_rollout_ref.actor.profile_discrete=true"),
+    ("minimal", "trainer.profiler.xyz=1", "trainer.profiler.xyz: unknown key; valid keys:"),
+])
+def test_an_unknown_key_gets_did_you_mean_before_any_plus(tmp_path, config, override, message):
+    path = PPO
+    if config == "minimal":
+        path = str(tmp_path / "minimal.yaml")
+        OmegaConf.save(OmegaConf.create(MINIMAL), path)
+    text = error(load_config, path, [override], env={})
+    assert message in text and "\n" not in text
+    if "to add it" not in message:
+        assert "+" not in text
+
+
 def test_override_value_error_still_validated():
     text = error(load_config, PPO, ["trainer.profile_steps=[1,0]"], env={})
     assert text.startswith("trainer.profile_steps[1]: ")
@@ -255,3 +282,18 @@ def test_warnings_are_logged_once(caplog):
                                "selects nothing",)
     logged = [r.getMessage() for r in caplog.records if r.name == "verlprof"]
     assert logged == list(loaded.warnings)
+
+
+def test_a_torch_profiled_rank_starts_with_kineto_quiet_and_others_do_not():
+    """PyTorch's profiler prints `USDT: ... profiler_start/stop` for every window into the
+    trainer's console unless KINETO_LOG_LEVEL is 6 in the profiled process (checked by hand
+    with a torch demo: 4 such lines before, none after)."""
+    from verlprof.plan import build_plan
+    from verlprof.runtime.launch import worker_options
+
+    loaded = load_config(PPO, ["trainer.profiler.tool=torch",
+                               "actor_rollout_ref.actor.profile_ranks=[0]"], env={})
+    plan = build_plan(loaded.profiling, loaded.topology)
+    profiled = worker_options(plan, "actor_rollout_ref", 0)["runtime_env"]
+    assert profiled["env_vars"]["KINETO_LOG_LEVEL"] == "6"
+    assert "env_vars" not in worker_options(plan, "actor_rollout_ref", 1)["runtime_env"]

@@ -118,7 +118,7 @@ def test_a_lock_held_by_another_live_process_refuses_naming_its_host_and_pid(tmp
         write_lock(tmp_path, pid=other.pid, run_id="20261123-165000-h-1")
         before = disk(tmp_path)
         with pytest.raises(ConfigError) as info:
-            ownership.claim_output(plan_of(tmp_path, [1]))
+            ownership.claim_output(plan_of(tmp_path, [1]), policy="refuse")
         message = str(info.value)
         assert message.startswith("trainer.profiler.output_dir: ")
         assert f"host {HOST}, pid {other.pid}" in message and "20261123-165000-h-1" in message
@@ -141,7 +141,7 @@ def test_a_stale_lock_of_a_dead_pid_on_this_host_is_taken_over_with_a_warning(tm
 def test_a_lock_of_another_host_is_refused_until_it_is_older_than_the_bound(tmp_path):
     write_lock(tmp_path, host="other-node", pid=1)
     with pytest.raises(ConfigError, match="host other-node, pid 1"):
-        ownership.claim_output(plan_of(tmp_path, [1]))
+        ownership.claim_output(plan_of(tmp_path, [1]), policy="reuse")
     write_lock(tmp_path, host="other-node", pid=1,
                started_s=time.time() - run_lock.OTHER_HOST_STALE_S - 60)
     run = ownership.claim_output(plan_of(tmp_path, [1]))
@@ -152,12 +152,42 @@ def test_a_lock_of_another_host_is_refused_until_it_is_older_than_the_bound(tmp_
 # -- a directory that holds another run ------------------------------------------------------
 
 
+def test_a_run_started_where_another_finished_moves_it_aside_into_its_run_id(tmp_path):
+    first = finished_run(tmp_path)
+    (tmp_path / "summary").mkdir()
+    (tmp_path / "summary" / "summary.csv").write_text("its summary")
+    (tmp_path / "notes.txt").write_text("a user's own file")
+    before = disk(tmp_path)
+    with ownership.claim_output(plan_of(tmp_path, [2])) as second:  # the default policy
+        assert second.output_dir == str(tmp_path) and second.plan.output_dir == str(tmp_path)
+        aside = tmp_path / first["run_id"]
+        assert f"run {first['run_id']} moved to {aside}" in second.notes[0]
+    moved = disk(aside)
+    assert moved == {k: v for k, v in before.items() if k != "notes.txt"}  # renamed, as is
+    assert (tmp_path / "notes.txt").exists() and not (tmp_path / "manifest.json").exists()
+    assert read_manifest(str(aside)).run_id == first["run_id"]  # its paths hold there
+    for entry in read_manifest(str(aside)).reports:
+        assert entry.status != "ok" or os.path.exists(aside / entry.path)
+    found = report_runs.find_runs(str(tmp_path))
+    assert [r.run_id for r in found] == [first["run_id"]]
+
+
+def test_reports_without_a_manifest_move_aside_under_a_previous_name(tmp_path):
+    report = tmp_path / "step0001" / "actor_rollout_ref" / "rank0" / "r.pt.trace.json.gz"
+    report.parent.mkdir(parents=True)
+    report.write_bytes(b"x")
+    with ownership.claim_output(plan_of(tmp_path, [1])) as run:
+        assert "1 report file(s) that no manifest lists" in run.notes[0]
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("previous-")]
+    assert (aside / "step0001" / "actor_rollout_ref" / "rank0" / "r.pt.trace.json.gz").exists()
+
+
 def test_a_finished_run_in_the_directory_is_refused_in_one_line_and_left_untouched(tmp_path):
     first = finished_run(tmp_path)
     assert first["run_id"] and not (tmp_path / run_lock.LOCK_NAME).exists()
     before = disk(tmp_path)
     with pytest.raises(ConfigError) as info:
-        ownership.claim_output(plan_of(tmp_path, [2]))
+        ownership.claim_output(plan_of(tmp_path, [2]), policy="refuse")
     message = str(info.value)
     assert f"run {first['run_id']} (host {HOST}, written {first['created']})" in message
     assert "existing_run=new_subdir" in message and "existing_run=reuse" in message
@@ -170,7 +200,7 @@ def test_reports_without_a_manifest_count_as_a_run(tmp_path):
     report.write_bytes(b"x")
     (tmp_path / "notes.txt").write_text("a user's own file")
     with pytest.raises(ConfigError, match="1 report file.s. that no manifest lists"):
-        ownership.claim_output(plan_of(tmp_path, [1]))
+        ownership.claim_output(plan_of(tmp_path, [1]), policy="refuse")
     assert ownership.existing_run(str(tmp_path / "step0001")) is None  # other files: no run
 
 
@@ -256,8 +286,11 @@ def test_the_controller_records_its_run_id_and_adopts_a_claim_handed_down(tmp_pa
 
 def test_a_second_controller_on_a_finished_run_is_refused_before_any_rank_is_asked(tmp_path):
     finished_run(tmp_path)
+    plan = plan_of(tmp_path, [2])
+    plan = plan.from_dict({**plan.to_dict(),
+                           "policy": {**plan.to_dict()["policy"], "existing_run": "refuse"}})
     with pytest.raises(ConfigError, match="trainer.profiler.output_dir: .* already holds"):
-        ProfileController(plan_of(tmp_path, [2]), rpc=InProcessRanks(), echo=False,
+        ProfileController(plan, rpc=InProcessRanks(), echo=False,
                           preflight=False, handle_signals=False)
 
 
@@ -277,18 +310,27 @@ def test_report_finds_each_run_and_the_reports_no_manifest_lists(tmp_path, capsy
         os.path.relpath(orphan, tmp_path)]
     seen = []
     args = argparse.Namespace(output_dir=str(tmp_path), run=None)
-    assert report_runs.report_runs(args, lambda a: seen.append(a.output_dir) or 0) == 0
-    assert seen == [str(tmp_path), str(sub)]
-    out, err = capsys.readouterr()
-    assert f"holds 2 runs ({first['run_id']}, {second['run_id']})" in out
+    assert report_runs.report_runs(args, lambda a: seen.append(a.output_dir) or 0) is None
+    out, err = capsys.readouterr()  # its own run, the newest, as one run; the other named
+    assert f"also keeps 1 other run(s) ({second['run_id']})" in err and "--run ID" in err
     assert "1 report file(s)" in err and "lost.pt.trace.json.gz" in err
+    os.remove(tmp_path / paths.MANIFEST_NAME)  # no run of its own: each on its own
+    assert report_runs.report_runs(args, lambda a: seen.append(a.output_dir) or 0) == 0
+    assert seen == [str(sub)]
+    seen.clear()
+    finished_run(tmp_path / "20990101-000000-x-2")
+    assert report_runs.report_runs(args, lambda a: seen.append(a.output_dir) or 0) == 0
+    assert seen == [str(sub), str(tmp_path / "20990101-000000-x-2")]
+    assert "holds 2 runs" in capsys.readouterr().out
+    seen.clear()
     seen.clear()
     one = argparse.Namespace(output_dir=str(tmp_path), run=second["run_id"])
     assert report_runs.report_runs(one, lambda a: seen.append(a.output_dir) or 0) == 0
     assert seen == [str(sub)]
     wrong = argparse.Namespace(output_dir=str(tmp_path), run="nope")
     assert report_runs.report_runs(wrong, lambda a: 0) == 2
-    assert f"no run nope in {tmp_path}; runs there: {first['run_id']}" in capsys.readouterr().err
+    assert f"no run nope in {tmp_path}; runs there: {second['run_id']}" in \
+        capsys.readouterr().err
     single = argparse.Namespace(output_dir=str(sub), run=None)
     assert report_runs.report_runs(single, lambda a: 0) is None  # one run: as before
 
@@ -301,8 +343,9 @@ def test_verlprof_plan_says_what_a_run_started_now_would_meet(tmp_path, capsys):
     argv = ["plan", "--config", CONFIG, f"trainer.profiler.output_dir={tmp_path}"]
     assert main(argv) == 0
     assert (f"note: {tmp_path} holds the manifest of run {first['run_id']} (host {HOST}, "
-            f"written {first['created']}); with trainer.profiler.existing_run=refuse a run "
-            "started now is refused") in " ".join(capsys.readouterr().out.split())
+            f"written {first['created']}); with trainer.profiler.existing_run=move_aside a run "
+            "started now moves it into <output_dir>/<its run id>/ and writes into "
+            "<output_dir>") in " ".join(capsys.readouterr().out.split())
     assert main([*argv[:3], f"trainer.profiler.output_dir={tmp_path / 'new'}"]) == 0
     assert "note:" not in capsys.readouterr().out
 
@@ -315,6 +358,7 @@ def test_the_verl_launcher_refuses_in_one_line_before_verl_starts_anything(tmp_p
     first = finished_run(tmp_path)
     config = OmegaConf.load(CONFIG)
     OmegaConf.update(config, "trainer.profiler.output_dir", str(tmp_path))
+    OmegaConf.update(config, "trainer.profiler.existing_run", "refuse")
     started = []
     with pytest.raises(SystemExit) as info:
         wrap_run_ppo(lambda *args, **kwargs: started.append(args))(config, None)

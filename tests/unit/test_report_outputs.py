@@ -191,7 +191,7 @@ global.window = {addEventListener() {}};
 eval(script);
 const kids = els.tl.children, bars = kids.filter(c => c.attrs.class === "bar");
 console.log(JSON.stringify({bars: bars.length,
-  windows: kids.filter(c => c.tag === "rect" && c.attrs.fill === "#eee").length,
+  windows: kids.filter(c => c.tag === "rect" && c.attrs.fill === "#dce6f2").length,
   zero: kids.filter(c => c.tag === "rect" && !(parseFloat(c.attrs.width) > 0)).length,
   stragglers: bars.filter(b => b.attrs.stroke === "#d00000").length,
   steps: kids.filter(c => c.tag === "text" && c.textContent.startsWith("step ")).length}));

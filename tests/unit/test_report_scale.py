@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+import re
 
 import pytest
 from rich.console import Console
@@ -44,9 +45,10 @@ def _trace(path, ranges):
         json.dump({"baseTimeNanoseconds": T0_NS, "traceEvents": events}, handle)
 
 
-def many_steps(out, steps: int, ranks: int = 2):
+def many_steps(out, steps: int, ranks: int = 2, phases=PHASES):
     """A torch run of ``steps`` profiled steps (every second training step), ``ranks`` ranks
-    per group: critic rank 1 straggles in every profiled step, actor rank 0 once."""
+    per group, each running ``phases`` ((group, role, phase, ms), ...): critic rank 1
+    straggles in every profiled step, actor rank 0 once (step 14)."""
     entries = []
     for n in range(steps):
         step = 2 * (n + 1)
@@ -54,7 +56,7 @@ def many_steps(out, steps: int, ranks: int = 2):
         for group in ("actor_rollout_ref", "critic"):
             for rank in range(ranks):
                 ranges, t = [], begin_us
-                for g, role, phase, ms in PHASES:
+                for g, role, phase, ms in phases:
                     if g != group:
                         continue
                     dur = (ms + 2 * rank + n % 3) * 1000
@@ -212,3 +214,41 @@ def test_scale_html_script_draws_bands_and_outliers(scale, tmp_path):
     # 39 bars (controller, r517, 4 critic_train outliers) + 3 rects per band (8 x 3 steps)
     assert drawn["bars"] == 3 * (8 + 1 + 4) + 3 * 8 * 3
     assert drawn["stragglers"] == 3 + 4 and drawn["zero"] == 0 and drawn["steps"] == 3
+
+
+
+NARROW_PHASES = (("actor_rollout_ref", "rollout", "generate_sequences", 300),
+                 ("actor_rollout_ref", "actor", "compute_log_prob", 100),
+                 ("actor_rollout_ref", "ref", "compute_ref_log_prob", 100),
+                 ("critic", "critic", "compute_values", 100),
+                 ("critic", "critic", "update_critic", 150),
+                 ("actor_rollout_ref", "actor", "update_actor", 200))
+"""Phases whose names share a prefix (``comp…`` would be four of them)."""
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_console_at_80_columns_keeps_every_phase_distinguishable(tmp_path, width):
+    """The across-steps table needs ~130 columns. Narrower, each row's group and phase become
+    a number and a legend names them whole (never ``comp…`` for compute_log_prob and
+    compute_values alike) and no column is dropped; wider, the names stay in the table."""
+    from verlprof.report.console import print_findings
+
+    many_steps(tmp_path, 5, phases=NARROW_PHASES)
+    summary = summarize(str(tmp_path), console=Console(quiet=True), jobs=1, picture=False)
+    console = Console(file=io.StringIO(), width=width)
+    print_findings(summary, console)
+    text = console.file.getvalue()
+    table = text.split("per step and rank")[0].splitlines()
+    assert max(len(line) for line in table) <= width and "…" not in "".join(table)
+    header = next(line for line in table if "median" in line)
+    for column in ("steps", "median", "p5", "p95", "max", "first", "last", "slowest",
+                   "stragglers"):
+        assert re.search(rf"\b{column}\b", header), (column, header)
+    wanted = [f"{role}/{phase}" for _, role, phase, _ in NARROW_PHASES
+              if role not in ("critic",)] + ["compute_values", "update_critic"]
+    for name in wanted:  # each phase whole, on exactly one line of the table or legend
+        assert sum(1 for line in table if re.search(rf"(^|[ │]){re.escape(name)}( |$)",
+                                                     line)) == 1, (name, text)
+    assert "5 in 5 steps" in text  # the stragglers column, with critic rank 1's count
+    if width >= 200:
+        assert any("compute_values" in line and "│" in line for line in table)

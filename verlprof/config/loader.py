@@ -64,11 +64,34 @@ def _read_yaml(path: Any) -> DictConfig:
 def _apply(cfg: DictConfig, parsed: Sequence[ov.Override]) -> None:
     try:
         ov.apply(cfg, parsed)
+    except ov.MissingKeyError as err:
+        raise _valid_to_add(cfg, err) from None
     except ConfigError:
         raise
     except _OVERRIDE_ERRORS as err:  # an override that OmegaConf cannot merge
         key = parsed[0].key if len(parsed) == 1 else "overrides"
         raise ConfigError(key, f"cannot apply overrides: {_first_line(err)}") from None
+
+
+def _valid_to_add(cfg: DictConfig, err: ov.MissingKeyError) -> ConfigError:
+    """``err`` (which says "to add it write +key") when the key is one verlprof accepts there;
+    else the error reading the config with the key added gives (an unknown key, with its
+    did-you-mean from the schema): a typo is never recommended as a key to add."""
+    item = err.override
+    if item is None:
+        return err
+    probe = OmegaConf.create(OmegaConf.to_container(cfg))
+    assert isinstance(probe, DictConfig)  # made from a DictConfig's container
+    try:
+        ov.apply(probe, [ov.Override(text="++" + item.text, key=item.key, kind="force_add",
+                                     value=item.value, has_value=True)])
+        config_from_dict(to_plain(probe), env={})
+    except ConfigError as refused:
+        if refused.key == item.key or refused.key.startswith(item.key + "."):
+            return ConfigError(refused.key, refused.message)
+    except _OVERRIDE_ERRORS:
+        pass
+    return ConfigError(err.key, err.message)
 
 
 def _compose(path: str, overrides: Sequence[str], parsed: Sequence[ov.Override]) -> DictConfig:

@@ -12,6 +12,7 @@ same one-line error naming its key.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any, List, Sequence
@@ -89,8 +90,7 @@ def apply(cfg: DictConfig, overrides: Sequence[Override]) -> None:
             if item.kind == "delete":
                 _delete(cfg, item, current)
             elif item.kind == "change" and current is _ABSENT:
-                raise ConfigError(item.key, f"no such key in the config; to add it write "
-                                            f"+{item.text}")
+                raise _missing(cfg, item)
             elif item.kind == "add" and current is not _ABSENT and current is not None:
                 raise ConfigError(item.key, f"already set (to {current!r}); to replace it write "
                                             f"{item.text[1:]}")
@@ -102,6 +102,35 @@ def apply(cfg: DictConfig, overrides: Sequence[Override]) -> None:
         except (OmegaConfBaseException, ValueError, TypeError, KeyError, IndexError) as err:
             raise ConfigError(item.key, f"cannot apply {item.text!r}: {_first_line(err)}"
                               ) from None
+
+
+class MissingKeyError(ConfigError):
+    """A change override names a key the config lacks, with no close key beside it. The
+    loader decides what to suggest: ``+key`` only when the key is valid to add
+    (:func:`verlprof.config.loader.load_config`)."""
+
+    def __init__(self, key: str, message: str, override: Override | None = None):
+        super().__init__(key, message)
+        self.override = override
+
+    def __reduce__(self):
+        return (ConfigError, (self.key, self.message))
+
+
+def _missing(cfg: DictConfig, item: Override) -> ConfigError:
+    """The error for a change of a key the config lacks: a close key beside it comes first
+    (a typo is likelier than a key to add); else a :class:`MissingKeyError`."""
+    parent_key, _, name = item.key.rpartition(".")
+    parent = cfg if not parent_key else _select(cfg, parent_key)
+    if isinstance(parent, DictConfig):
+        siblings = [str(k) for k in parent.keys()]  # noqa: SIM118 - keys(): see _select
+        close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
+        if close:
+            suggestion = f"{parent_key}.{close[0]}" if parent_key else close[0]
+            return ConfigError(item.key, f"no such key in the config; did you mean "
+                                         f"{suggestion}?")
+    return MissingKeyError(item.key, f"no such key in the config; to add it write "
+                                     f"+{item.text}", item)
 
 
 def _delete(cfg: DictConfig, item: Override, current: Any) -> None:

@@ -241,13 +241,17 @@ class ProfilingConfig:
     finish_hook: FinishHookConfig = field(default_factory=FinishHookConfig)
     """A command run once after every report is gathered."""
 
-    existing_run: ExistingRun = "refuse"
+    existing_run: ExistingRun = "move_aside"
     """When ``output_dir`` already holds another run (its ``manifest.json``, reports no manifest
-    lists, or the lock of a run still going): ``refuse`` stops before any worker starts, with
-    one line naming that run; ``new_subdir`` writes this run into ``<output_dir>/<run id>/``
-    and leaves the rest untouched; ``reuse`` writes into ``output_dir`` anyway (the old
-    manifest is replaced, its reports stay on disk unlisted). A run still going there is
-    never shared: ``refuse`` and ``reuse`` stop, ``new_subdir`` takes a subdirectory."""
+    lists, or the lock of a run still going): ``move_aside`` moves that run's files into
+    ``<output_dir>/<its run id>/`` and writes this run into ``output_dir``, so ``output_dir``
+    always holds the newest run (the paths ``verlprof plan`` prints stay true) and every earlier
+    run is kept beside it (``verlprof report --run ID``); ``new_subdir`` writes this run into
+    ``<output_dir>/<run id>/`` and leaves the rest untouched; ``refuse`` stops before any worker
+    starts, with one line naming that run; ``reuse`` writes into ``output_dir`` anyway (the old
+    manifest is replaced, its reports stay on disk unlisted). A run still going there is never
+    moved or shared: ``move_aside`` and ``new_subdir`` take a subdirectory, ``refuse`` and
+    ``reuse`` stop."""
 
     window_delay_s: float = 0.0
     """Seconds after its step starts (discrete: after its phase call starts) that each window

@@ -21,6 +21,16 @@ from verlprof.records import ProcessIdentity
 from verlprof.safe_text import visible
 
 
+class RayStartError(RuntimeError):
+    """Ray could not be started or reached: one line, exit 1 (``verlprof.cli``)."""
+
+    def __init__(self, address: Optional[str], err: BaseException):
+        where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+        first = " ".join(str(err).split())[:300] or type(err).__name__
+        super().__init__(f"demo: could not start or reach {where} ({type(err).__name__}: "
+                         f"{first}); nothing was profiled. On a loaded machine, try again; "
+                         "to use a running cluster pass --ray-address (or RAY_ADDRESS)")
+
 def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     """Load the config and plan it, falling back to torch when nsys is not installed."""
     from verlprof.backends.nsys.cli import find_nsys
@@ -59,6 +69,8 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     from verlprof.runtime.ownership import claim_output
 
     with claim_output(plan) as claim:  # before anything starts; released however this ends
+        for note in claim.notes:  # an earlier run moved aside, a stale lock taken over
+            print(f"verlprof: warning: {visible(note)}", file=sys.stderr, flush=True)
         return {**_run_claimed(loaded, claim.plan, claim.env(), ray_address=ray_address,
                                start_timeout_s=start_timeout_s, runner_class=runner_class),
                 "run_id": claim.run_id, "output_dir": claim.output_dir}
@@ -77,8 +89,11 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
     preflight(plan)
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(address=ray_address_for(ray_address), include_dashboard=False,
-                 log_to_driver=True, logging_level="WARNING", configure_logging=True)
+        try:
+            ray.init(address=ray_address_for(ray_address), include_dashboard=False,
+                     log_to_driver=True, logging_level="WARNING", configure_logging=True)
+        except Exception as err:  # a timeout, a refused address: Ray raises many types
+            raise RayStartError(ray_address_for(ray_address), err) from None
     guard = SignalGuard()
     guard.install()  # after ray.init, which installs its own SIGTERM handler
     try:

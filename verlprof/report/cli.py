@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, Dict
 
 from verlprof.report.stragglers import DEFAULT_MIN_EXCESS_MS, DEFAULT_THRESHOLD
 from verlprof.safe_text import visible
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+EXIT_NOT_OK = 3
+"""``--strict``: a report is missing, incomplete or unreadable."""
 
 
 def _bounded(kind, minimum, strict: bool, noun: str):
@@ -75,10 +78,19 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
                              "caps how many reports are read at once")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON instead of tables (per-step, "
+                             "per-phase figures, stragglers, every report's status; schema: "
+                             "verlprof/report/summary.schema.json); the files are still "
+                             "written")
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit {EXIT_NOT_OK} when any report is not ok (missing, "
+                             "incomplete, unreadable); the summary is still written")
     parser.add_argument("--run", metavar="ID", default=None,
                         help="when OUTPUT_DIR holds several runs (each with its manifest, "
                              "e.g. <run id>/ subdirectories), summarise only this one "
-                             "(default: each on its own)")
+                             "(default: OUTPUT_DIR's own run, the newest; without one, each "
+                             "on its own)")
     return parser
 
 
@@ -100,9 +112,27 @@ def run_report_command(args: argparse.Namespace) -> int:
         manifest = export_ahead(args.output_dir, args.jobs)
         from verlprof.report.summary import summarize
 
-        summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
-                  min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
-                  jobs=args.jobs, picture=args.picture, per_step=getattr(args, "per_step", None))
+        as_json = getattr(args, "json", False)
+        quiet: Dict[str, Any] = {}
+        if as_json:
+            from rich.console import Console
+
+            quiet = {"console": Console(quiet=True), "progress": False}
+        summary = summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
+                            min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
+                            jobs=args.jobs, picture=args.picture,
+                            per_step=getattr(args, "per_step", None), **quiet)
+        from verlprof.report import json_out
+
+        if as_json:
+            import json
+
+            print(json.dumps(json_out.summary_json(summary), indent=2, ensure_ascii=False))
+        not_ok = [r for r in json_out.report_statuses(summary) if r["status"] != "ok"]
+        if getattr(args, "strict", False) and not_ok:
+            print(f"verlprof: report: --strict: {len(not_ok)} report(s) not ok (first: "
+                  f"{visible(not_ok[0]['path'])}, {not_ok[0]['status']})", file=sys.stderr)
+            return EXIT_NOT_OK
     except ValueError as err:
         hint = ""
         if "no manifest here" in str(err):

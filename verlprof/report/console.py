@@ -117,6 +117,9 @@ def print_files(summary: Summary, console: Console) -> None:
 
 
 def _print_table(console: Console, st: StepTable, unit: str) -> None:
+    if _width(st) > console.width and st.numeric_from > 0:
+        _print_keyed(console, st, unit)
+        return
     table = Table(title=st.title + unit, title_justify="left", header_style="bold")
     widths = _widths(st)
     spare = console.width - (sum(widths[st.numeric_from:]) + 3 * len(widths) + 1)
@@ -129,6 +132,35 @@ def _print_table(console: Console, st: StepTable, unit: str) -> None:
     for line in st.rows:
         table.add_row(*[Text(visible(c.text), style="bold red" if c.flagged else "")
                         for c in line])
+    console.print(table)
+
+
+def _print_keyed(console: Console, st: StepTable, unit: str) -> None:
+    """A table wider than the terminal: each row's group and phase become a number, and a
+    legend above the table names them whole. Cutting names instead would make
+    ``compute_log_prob`` and ``compute_values`` the same ``comp…``; dropping columns would lose
+    the stragglers. The numbers keep borders light (no vertical lines) to fit 80 columns."""
+    from rich import box
+
+    _line(console, st.title + unit)
+    names, group = [], ""
+    for line in st.rows:
+        text = [c.text for c in line[:st.numeric_from]]
+        group = text[0] or group  # a group is named on its first row only
+        names.append(" ".join([group, *text[1:]]))
+    key_width = len(str(len(names)))
+    for n, name in enumerate(names, 1):
+        _line(console, f"  {n:>{key_width}}  {name}")
+    # one space between columns (the box's), none around them: ~70 columns for the widest
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", padding=(0, 0), pad_edge=False,
+                  show_edge=False)
+    table.add_column("#", justify="right", no_wrap=True, min_width=key_width)
+    widths = _widths(st)
+    for i, head in enumerate(st.header[st.numeric_from:], st.numeric_from):
+        table.add_column(head, justify="right", no_wrap=True, min_width=widths[i])
+    for n, line in enumerate(st.rows, 1):
+        table.add_row(Text(str(n)), *[Text(visible(c.text), style="bold red" if c.flagged
+                                           else "") for c in line[st.numeric_from:]])
     console.print(table)
 
 

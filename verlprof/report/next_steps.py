@@ -24,7 +24,9 @@ GUIDE = "docs/user_guide.md"
 def next_steps(summary: Summary) -> List[str]:
     """Lines (without a trailing newline) telling the user what to open next."""
     out: List[str] = []
-    reports = [r for r in summary.manifest.reports if r.status == STATUS_OK]
+    unread = {os.path.normpath(p.path) for p in summary.missing}  # unreadable, no reader
+    reports = [r for r in summary.manifest.reports
+               if r.status == STATUS_OK and os.path.normpath(r.path) not in unread]
     html = summary.paths.get("timeline.html")
     if html:
         out.append(f"  timeline:       open {shell_quote(html)} in a browser "

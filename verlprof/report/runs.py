@@ -1,9 +1,11 @@
 """The runs a directory holds, for ``verlprof report``: one summary per run, never two mixed.
 
 A run is a directory with its own ``manifest.json``. ``verlprof report DIR`` looks at DIR and
-at its immediate subdirectories (``trainer.profiler.existing_run=new_subdir`` writes a run into
-``<output_dir>/<run id>/``). One run: it is summarised as before. Several: each is summarised
-on its own, into its own ``summary/``, one after the other, or only the one ``--run ID`` names.
+at its immediate subdirectories (``trainer.profiler.existing_run=move_aside`` moves an earlier
+run into ``<output_dir>/<its run id>/``, ``new_subdir`` writes a new one into
+``<output_dir>/<run id>/``). When DIR has a run of its own (the newest), that run is summarised
+and the others are named in one line. Otherwise each is summarised on its own, into its own
+``summary/``, one after the other. ``--run ID`` picks one.
 Report files that no manifest lists (a run that crashed, or the leftovers of one whose manifest
 was replaced) are named in one line; they are never read into a run's figures.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Set
 
 from verlprof import paths
-from verlprof.safe_text import visible
+from verlprof.safe_text import shell_quote, visible
 
 EXIT_USAGE = 2
 _NOT_RUNS = {paths.SUMMARY_DIR, paths.RAW_DIR, paths.CONTROLLER_DIR}
@@ -115,7 +117,13 @@ def report_runs(args: argparse.Namespace,
                   f"runs there: {_labels(runs) or 'none'}", file=sys.stderr)
             return EXIT_USAGE
         runs = chosen[:1]
-    elif not runs or (len(runs) == 1 and runs[0].directory == directory):
+    elif not runs or runs[0].directory == directory:
+        # the directory's own run is its newest (existing_run=move_aside keeps earlier ones
+        # beside it): summarised alone, the others named
+        if len(runs) > 1:
+            print(f"verlprof: {visible(directory)} also keeps {len(runs) - 1} other run(s) "
+                  f"({_labels(runs[1:])}): verlprof report {shell_quote(directory)} --run ID "
+                  "summarises one", file=sys.stderr, flush=True)
         return None
     if len(runs) > 1:
         print(f"verlprof: {visible(directory)} holds {len(runs)} runs ({_labels(runs)}): each "

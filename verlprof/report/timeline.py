@@ -12,19 +12,28 @@ so a phase keeps its colour across lanes, steps and runs.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple, Union
 
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord, StepSpan, Window
 from verlprof.report.stragglers import Straggler
-from verlprof.report.table import MANY_RANKS, group_order, median, phase_order, quantile
+from verlprof.report.table import (
+    KNOWN_PHASES,
+    MANY_RANKS,
+    group_order,
+    median,
+    phase_order,
+    quantile,
+)
 
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
     "#f7b6d2", "#9edae5", "#dbdb8d", "#c7c7c7",
 )
-"""Matplotlib's tab10 then tab20's light shades: distinct for up to 20 phases."""
+"""Matplotlib's tab10 then tab20's light shades. verl's 7 phases take the first 7; other
+names hash into the other 13 (two such names may share one)."""
 
 
 @dataclass(frozen=True)
@@ -89,9 +98,20 @@ def lane_label(group: str, rank: int, ranks: int = 0, slow: int = 0) -> str:
     return f"{group}: {ranks} ranks" + (f", {slow} straggler{'s' * (slow > 1)}" if slow else "")
 
 
+def phase_colour(phase: str) -> str:
+    """The colour of ``phase``, from its name alone, so it is the same in every run whatever
+    other phases the run has: verl's phases (KNOWN_PHASES) have the first colours, in PPO
+    order (always distinct); any other name is hashed (crc32, stable across processes, unlike
+    ``hash``) into the rest of the palette."""
+    if phase in KNOWN_PHASES:
+        return PALETTE[KNOWN_PHASES.index(phase)]
+    rest = PALETTE[len(KNOWN_PHASES):]
+    return rest[zlib.crc32(phase.encode("utf-8", "surrogatepass")) % len(rest)]
+
+
 def phase_colours(phases: Sequence[str]) -> Dict[str, str]:
-    ordered = sorted(set(phases), key=phase_order)
-    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(ordered)}
+    """Phase name → colour (:func:`phase_colour`), in legend (PPO) order."""
+    return {p: phase_colour(p) for p in sorted(set(phases), key=phase_order)}
 
 
 def build_timeline(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],

@@ -50,7 +50,8 @@ rect.bar:hover{stroke:#000;stroke-width:1}
 """
 _SCRIPT = """
 const D = %(data)s;
-const NS = "http://www.w3.org/2000/svg", LW = 180, LH = 22, TOP = 26, AX = 26;
+const NS = "http://www.w3.org/2000/svg", LH = 22, TOP = 26, AX = 26;
+let LW = 180;  // widened in draw() to the longest lane name: names are shown whole
 function el(tag, attrs, parent, text) {
   const e = document.createElementNS(NS, tag);
   for (const k in attrs) e.setAttribute(k, attrs[k]);
@@ -64,6 +65,14 @@ function niceStep(span, n) {
 }
 function draw() {
   const zoom = parseFloat(document.getElementById("zoom").value);
+  const svg0 = document.getElementById("tl");
+  while (svg0.firstChild) svg0.removeChild(svg0.firstChild);
+  svg0.setAttribute("width", 4000); svg0.setAttribute("height", 40);
+  LW = 180;
+  for (const name of D.lanes) {
+    const t = el("text", {x: 4, y: 20}, svg0, name);
+    if (t.getComputedTextLength) LW = Math.max(LW, Math.ceil(t.getComputedTextLength()) + 16);
+  }
   const W = Math.max(400, (document.getElementById("wrap").clientWidth - LW - 20) * zoom);
   const H = TOP + D.lanes.length * LH + AX, end = D.end_s > 0 ? D.end_s * 1.01 : 1;
   const x = s => LW + s / end * W, svg = document.getElementById("tl");
@@ -76,7 +85,7 @@ function draw() {
   });
   for (const [lane, s, e] of D.windows)
     el("rect", {x: x(s), y: TOP + lane * LH + 1, width: Math.max(1, x(e) - x(s)),
-                height: LH - 2, fill: "#eee"}, svg);
+                height: LH - 2, fill: "#dce6f2", stroke: "#8eaad0"}, svg);
   const step = niceStep(end, W / 110);
   for (let t = 0; t <= end; t += step) {
     el("line", {x1: x(t), x2: x(t), y1: TOP, y2: H - AX, stroke: "#e4e4e4"}, svg);
@@ -98,11 +107,19 @@ function draw() {
       r.addEventListener("mouseenter", () => document.getElementById("info").textContent = b[7]);
     }
   }
+  let freeFrom = 0;  // a label that would overlap the previous one is left out, as in the PNG
   for (const [n, s, e] of D.steps) {
     el("line", {x1: x(s), x2: x(s), y1: TOP - 6, y2: H - AX, stroke: "#444"}, svg);
     el("line", {x1: x(e), x2: x(e), y1: TOP - 6, y2: H - AX, stroke: "#444",
                 "stroke-dasharray": "4 3"}, svg);
-    el("text", {x: x(s) + 3, y: TOP - 10, "font-weight": "bold"}, svg, "step " + n);
+    const t = el("text", {x: x(s) + 3, y: TOP - 10, "font-weight": "bold"}, svg, "step " + n);
+    const len = t.getComputedTextLength ? t.getComputedTextLength() : 0;
+    let left = x(s) + 3;
+    if (left + len > LW + W + 8) {
+      left = LW + W + 8 - len;
+      t.setAttribute("x", LW + W + 8); t.setAttribute("text-anchor", "end");  // never cut
+    }
+    if (left < freeFrom) svg.removeChild(t); else freeFrom = left + len + 6;
   }
 }
 function swatch(label, css) {  // text and style through the DOM: a name is never markup
@@ -112,7 +129,7 @@ function swatch(label, css) {  // text and style through the DOM: a name is neve
   document.getElementById("legend").appendChild(span);
 }
 for (const [name, colour] of D.phases) swatch(name, {background: colour});
-swatch("capture window", {background: "#eee"});
+swatch("capture window", {background: "#dce6f2", border: "1px solid #8eaad0"});
 swatch("straggler", {border: "2px solid #d00000", width: "8px", height: "8px"});
 if (D.bands.length) swatch("band (many ranks): median start to end, paler to p95 end, palest " +
                            "first start to last end", {background: "#555"});

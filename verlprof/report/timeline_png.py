@@ -20,6 +20,7 @@ hold, so that one long name cannot push the plot off the image.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import os
@@ -37,18 +38,34 @@ FONT_PX = {"title": 17, "label": 14, "small": 12}
 FONT_FILES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
               "/usr/share/fonts/TTF/DejaVuSans.ttf")
 """Tried in order; Pillow's built-in scalable font otherwise."""
-INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#eeeeee",
+INK, GRID, RULE, BAND, STEP, STRAGGLER = ("#000000", "#dddddd", "#999999", "#dce6f2",
                                           "#444444", "#d00000")
+WINDOW_EDGE = "#8eaad0"
+"""Outline of a capture window: the band is pale (bars are drawn on it) but must show where a
+window starts and ends, also behind a lane full of bars."""
 BAND_KEY = ("#555555",)
 """The grey the legend explains a band's three shades with (each phase has its own colour)."""
-LABEL_CHARS = {"title": 150, "lane": 40, "legend": 60}
-"""Longest label drawn, in characters (the rest becomes an ellipsis): a lane label of 40
-characters at 14 px still leaves most of the 1650 px width to the plot."""
+LABEL_CHARS = {"title": 150, "lane": 80, "legend": 60}
+"""Longest label drawn, in characters (the rest becomes an ellipsis). A lane label is drawn
+whole up to 80 characters, on two lines of at most :data:`LANE_LINE_CHARS` beyond that: it
+still leaves most of the 1650 px width to the plot."""
+LANE_LINE_CHARS = 40
 
 
 def label(text: str, kind: str) -> str:
     """``text`` as the picture draws it: visible, clipped to ``LABEL_CHARS[kind]``."""
     return clip(visible(text), LABEL_CHARS[kind])
+
+
+def lane_lines(text: str) -> List[str]:
+    """A lane label as drawn: one line, or two of at most :data:`LANE_LINE_CHARS` (broken
+    after the last space, ``_``, ``.``, ``/`` or ``-`` that fits, else at the limit)."""
+    shown = label(text, "lane")
+    if len(shown) <= LANE_LINE_CHARS:
+        return [shown]
+    cut = max(shown.rfind(c, 0, LANE_LINE_CHARS) for c in " _./-")
+    cut = cut + 1 if cut > LANE_LINE_CHARS // 2 else LANE_LINE_CHARS
+    return [shown[:cut].rstrip(), clip(shown[cut:].lstrip(), LANE_LINE_CHARS)]
 
 
 @dataclass(frozen=True)
@@ -63,9 +80,23 @@ class Layout:
     y1: int
     x_max: float
     """Seconds at the right edge of the plot."""
+    knots: Tuple[Tuple[float, float], ...] = ()
+    """(seconds, x) breakpoints of a cut time axis (:func:`cut_axis`); empty: linear."""
 
     def x_of(self, seconds: float) -> float:
-        return self.x0 + (self.x1 - self.x0) * max(0.0, min(seconds, self.x_max)) / self.x_max
+        t = max(0.0, min(seconds, self.x_max))
+        if not self.knots:
+            return self.x0 + (self.x1 - self.x0) * t / self.x_max
+        i = bisect.bisect_right([k[0] for k in self.knots], t) - 1
+        (t_a, x_a), (t_b, x_b) = self.knots[max(0, min(i, len(self.knots) - 2)):][:2]
+        return x_a + (x_b - x_a) * ((t - t_a) / (t_b - t_a) if t_b > t_a else 0.0)
+
+    @property
+    def gaps(self) -> List[Tuple[float, float]]:
+        """x ranges where the time between steps is cut out (empty on a linear axis)."""
+        return [(self.knots[i][1], self.knots[i + 1][1]) for i in range(0, len(self.knots) - 1)
+                if i % 2 == 0 and self.knots[i + 1][1] - self.knots[i][1] <= GAP_PX + 1e-6
+                and self.knots[i + 1][0] > self.knots[i][0]]
 
     def lane_middle(self, lane: int) -> float:
         return self.y0 + LANE_PX * (lane + 0.5)
@@ -78,19 +109,53 @@ class Layout:
                 round(middle + LANE_PX * fill / 2) - 1)
 
 
+GAP_PX = 14
+"""Width a cut-out stretch of time between two steps takes on a cut axis."""
+CUT_WHEN_STEPS_BELOW = 0.5
+"""The axis is cut when the steps cover less than this share of the run's time: the phases
+of 10 steps, 5 s apart and 0.7 s long, would otherwise be slivers of 1-3 px."""
+
+
+def cut_axis(steps: Sequence[Tuple[int, float, float]], x_max: float, x0: int,
+             x1: int) -> Tuple[Tuple[float, float], ...]:
+    """Breakpoints of a time axis on which every step keeps a width in proportion to its
+    duration and the time before, between and after the steps takes :data:`GAP_PX` each;
+    empty (a linear axis) when the steps already fill most of the time."""
+    spans = sorted((max(0.0, s), min(e, x_max)) for _, s, e in steps if e > s)
+    merged: List[List[float]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    busy = sum(e - s for s, e in merged)
+    if len(merged) < 2 or busy >= CUT_WHEN_STEPS_BELOW * x_max:
+        return ()
+    edges = [0.0] + [t for span in merged for t in span] + [x_max]
+    gaps = sum(1 for i in range(0, len(edges) - 1, 2) if edges[i + 1] > edges[i])
+    scale = (x1 - x0 - GAP_PX * gaps) / busy
+    knots, x = [(0.0, float(x0))], float(x0)
+    for i in range(len(edges) - 1):
+        length = edges[i + 1] - edges[i]
+        x += (GAP_PX if length > 0 else 0.0) if i % 2 == 0 else length * scale
+        knots.append((edges[i + 1], x))
+    return tuple(knots)
+
+
 def layout(data: TimelineData) -> Layout:
     """The picture's geometry for ``data``."""
     fonts = load_fonts()
     legend = _legend_entries(data)
     columns = _legend_columns(legend, fonts["small"])
     legend_rows = math.ceil(len(legend) / columns) if legend else 0
-    label_w = max([text_width(fonts["label"], label(lane, "lane")) for lane in data.lanes]
-                  or [0])
+    label_w = max([text_width(fonts["label"], line) for lane in data.lanes
+                   for line in lane_lines(lane)] or [0])
     left, right, top = label_w + 24, 24, 62
     plot_h = LANE_PX * max(1, len(data.lanes))
+    x_max = data.end_s * 1.01 if data.end_s > 0 else 1.0
     return Layout(width=WIDTH_PX, height=top + plot_h + 58 + 20 * legend_rows + 12, x0=left,
-                  x1=WIDTH_PX - right, y0=top, y1=top + plot_h,
-                  x_max=data.end_s * 1.01 if data.end_s > 0 else 1.0)
+                  x1=WIDTH_PX - right, y0=top, y1=top + plot_h, x_max=x_max,
+                  knots=cut_axis(data.steps, x_max, left, WIDTH_PX - right))
 
 
 def tint(colour: str, share: float) -> str:
@@ -112,16 +177,21 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
     fonts = load_fonts()
     legend = _legend_entries(data)
     columns = _legend_columns(legend, fonts["small"])
-    lanes_shown = [label(lane, "lane") for lane in data.lanes]
+    lanes_shown = [lane_lines(lane) for lane in data.lanes]
     geo = layout(data)
     image = Image.new("RGB", (geo.width, geo.height), "white")
     draw = ImageDraw.Draw(image)
     x0, x1, y0, y1, x_of = geo.x0, geo.x1, geo.y0, geo.y1, geo.x_of
-    ticks = _ticks(geo.x_max)
+    ticks = _ticks(geo.x_max) if not geo.knots else _spaced(
+        [start for _, start, _ in data.steps], geo, fonts["label"])
     for tick in ticks:
         draw.line([(round(x_of(tick)), y0), (round(x_of(tick)), y1)], fill=GRID)
+    for left_px, right_px in geo.gaps:  # the cut-out time: hatched, so no one reads it as idle
+        draw.rectangle((round(left_px) + 2, y0 + 1, round(right_px) - 2, y1 - 1), fill="#f4f4f4")
+        for y in range(y0 + 4, y1 - 2, 8):
+            draw.line([(round(left_px) + 3, y + 4), (round(right_px) - 3, y)], fill=RULE)
     for lane, start, end in data.windows:
-        draw.rectangle(geo.box(lane, 0.92, start, end), fill=BAND)
+        draw.rectangle(geo.box(lane, 0.92, start, end), fill=BAND, outline=WINDOW_EDGE)
     for i, group in enumerate(data.lane_groups):  # a rule between groups
         if i and group != data.lane_groups[i - 1]:
             draw.line([(x0, y0 + LANE_PX * i), (x1, y0 + LANE_PX * i)], fill=RULE)
@@ -145,21 +215,27 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
         draw.line([(round(x_of(start)), y0), (round(x_of(start)), y1)], fill=STEP)
         _dashed_vline(draw, round(x_of(end)), y0, y1, STEP)
         text, left = f"step {step}", round(x_of(start)) + 4
+        # never past the picture's right edge: the last step's label would lose its digits
+        left = min(left, geo.width - 4 - text_width(fonts["label"], text) - 1)
         if left < free_from:
             continue
         free_from = left + text_width(fonts["label"], text) + 8
         for shift in (0, 1):  # drawn twice, 1 px apart: bold without a second font file
             draw.text((left + shift, y0 - 4), text, fill=INK, font=fonts["label"], anchor="ld")
     draw.rectangle((x0, y0, x1, y1), outline=INK)
-    for i, lane_name in enumerate(lanes_shown):
-        draw.text((x0 - 8, geo.lane_middle(i)), lane_name, fill=INK, font=fonts["label"],
-                  anchor="rm")
+    for i, lines in enumerate(lanes_shown):
+        offsets = (0.0,) if len(lines) == 1 else (-8.0, 8.0)  # two lines: 16 px apart
+        for line, dy in zip(lines, offsets):
+            draw.text((x0 - 8, geo.lane_middle(i) + dy), line, fill=INK, font=fonts["label"],
+                      anchor="rm")
     for tick in ticks:
         x = round(x_of(tick))
         draw.line([(x, y1), (x, y1 + 4)], fill=INK)
-        draw.text((x, y1 + 7), f"{tick:g}", fill=INK, font=fonts["label"], anchor="mt")
-    draw.text(((x0 + x1) // 2, y1 + 28), "seconds from the first event", fill=INK,
-              font=fonts["label"], anchor="mt")
+        draw.text((x, y1 + 7), _tick_text(tick, bool(geo.knots)), fill=INK,
+                  font=fonts["label"], anchor="mt")
+    caption = ("seconds from the first event; each step at its own scale, the time between "
+               "steps cut out (hatched)" if geo.knots else "seconds from the first event")
+    draw.text(((x0 + x1) // 2, y1 + 28), caption, fill=INK, font=fonts["label"], anchor="mt")
     draw.text((x0, 10), label(title, "title"), fill=INK, font=fonts["title"], anchor="lt")
     _draw_legend(draw, legend, columns, (x0 + x1) // 2, y1 + 56, fonts["small"])
     image.save(path, optimize=False, compress_level=PNG_COMPRESS_LEVEL)
@@ -225,6 +301,24 @@ def _dashed_vline(draw, x: int, y0: int, y1: int, colour: str, on: int = 6,
     while y < y1:
         draw.line([(x, y), (x, min(y + on, y1))], fill=colour)
         y += on + off
+
+
+def _tick_text(tick: float, cut: bool) -> str:
+    return f"{tick:.3g}" if cut and tick < 100 else (f"{tick:.0f}" if cut else f"{tick:g}")
+
+
+def _spaced(times: Sequence[float], geo: Layout, font) -> List[float]:
+    """The step starts of a cut axis as ticks, left out where a label would touch the
+    previous one."""
+    out: List[float] = []
+    free_from = -1e9
+    for t in sorted(times):
+        x = geo.x_of(t)
+        half = text_width(font, _tick_text(t, True)) / 2
+        if x - half >= free_from:
+            out.append(t)
+            free_from = x + half + 10
+    return out
 
 
 def _ticks(x_max: float, target: int = 10) -> List[float]:

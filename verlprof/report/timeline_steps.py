@@ -29,6 +29,7 @@ from verlprof.report.timeline_png import (
     STRAGGLER,
     WIDTH_PX,
     label,
+    lane_lines,
     load_fonts,
     text_width,
     tint,
@@ -77,7 +78,7 @@ def steps_layout(spreads: Sequence[Spread]) -> StepsLayout:
     fonts = load_fonts()
     keys = sorted({(s.group, s.role, s.phase) for s in spreads},
                   key=lambda k: (group_order(k[0]), phase_order(k[2]), k[1]))
-    names = [label(lane_name(*k), "lane") for k in keys]
+    names = [line for k in keys for line in lane_lines(lane_name(*k))]
     left = max([text_width(fonts["label"], n) for n in names] or [0]) + 24
     right = max(text_width(fonts["small"], "max 99999.9 ms"), 60) + 16
     top = 62
@@ -119,8 +120,10 @@ def write_steps_png(spreads: Sequence[Spread], stragglers: Sequence[Straggler],
             draw.rectangle((round(left) - 2, top - 2, round(right) + 1, geo.baseline(lane) + 2),
                            outline=STRAGGLER, width=2)
         middle = geo.y0 + LANE_PX * (lane + 0.5)
-        draw.text((geo.x0 - 8, middle), label(lane_name(group, role, phase), "lane"), fill=INK,
-                  font=fonts["label"], anchor="rm")
+        lines = lane_lines(lane_name(group, role, phase))  # whole, on two lines if long
+        for line, dy in zip(lines, (0.0,) if len(lines) == 1 else (-8.0, 8.0)):
+            draw.text((geo.x0 - 8, middle + dy), line, fill=INK, font=fonts["label"],
+                      anchor="rm")
         draw.text((geo.x1 + 8, middle), f"max {scale / 1e6:.1f} ms", fill=INK,
                   font=fonts["small"], anchor="lm")
     draw.rectangle((geo.x0, geo.y0, geo.x1, y1), outline=INK)

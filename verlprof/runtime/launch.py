@@ -27,6 +27,8 @@ def _runtime_env(argv: Sequence[str], env: Mapping[str, str],
         # Ray merges a child's runtime_env into its creator's: workers created by a controller
         # that runs under nsys would inherit its wrapped py_executable unless told otherwise.
         runtime_env.setdefault("py_executable", sys.executable)
+        if env:  # an in-process profiler's settings (the torch backend's quiet Kineto)
+            runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
         return runtime_env
     env_vars = dict(runtime_env.get("env_vars") or {})
     env_vars.update(env)

@@ -15,15 +15,20 @@ starts: the plan stays a pure function of the config. The run takes the director
 run's ``manifest.json``, or reports that no manifest lists, are handled as
 ``trainer.profiler.existing_run`` says:
 
-* ``refuse`` (default): one line naming ``trainer.profiler.output_dir``, the other run (run
+* ``move_aside`` (default): the other run's files (its manifest, ``step*/``, ``controller/``,
+  ``.raw/``, ``summary/``) move into ``<output_dir>/<its run id>/`` (renames within the
+  directory: its manifest's relative paths stay true there), and this run writes into the
+  directory. So the directory always holds the newest run, where ``verlprof plan`` said its
+  reports would be, and every earlier run is kept beside it;
+* ``refuse``: one line naming ``trainer.profiler.output_dir``, the other run (run
   id, host, when) and how to proceed; nothing started, nothing on disk touched;
 * ``new_subdir``: this run writes into ``<output_dir>/<run id>/`` (its own lock, its own
   manifest); what is on disk stays as it is;
 * ``reuse``: this run writes into the directory anyway (the user asked: the old manifest is
   replaced, a warning says so).
 
-A run still going in the directory (its lock is held) is never shared: ``new_subdir`` takes a
-subdirectory, the others refuse, naming that run's host and pid.
+A run still going in the directory (its lock is held) is never moved or shared: ``move_aside``
+and ``new_subdir`` take a subdirectory, the others refuse, naming that run's host and pid.
 
 Where the claim is made: the demo and the verl launcher claim in the driver, before Ray
 starts the controller actor, and hand the claim to it in :data:`RUN_ENV`;
@@ -192,7 +197,8 @@ def claim_output(plan: ProfilePlan, *, policy: Optional[ExistingRun] = None,
                  run_id: Optional[str] = None) -> Run:
     """Claim ``plan.output_dir`` for a new run (see the module docstring). Raises
     :class:`~verlprof.errors.ConfigError` (one line naming the key) when the directory is
-    another run's or cannot be created; never deletes or moves anything."""
+    another run's or cannot be created; never deletes anything, and moves another run's files
+    only into its own subdirectory (``move_aside``)."""
     policy = policy or plan.policy.existing_run
     run_id = run_id or new_run_id()
     directory = os.path.abspath(plan.output_dir)
@@ -206,11 +212,18 @@ def claim_output(plan: ProfilePlan, *, policy: Optional[ExistingRun] = None,
     holder, note = run_lock.acquire(directory, me)
     notes: Tuple[str, ...] = (note,) if note else ()
     if holder is not None:
-        if policy != "new_subdir":
+        if policy not in ("new_subdir", "move_aside"):
             raise ConfigError(KEY, _in_use(directory, holder, run_id))
         return _into_subdir(plan, directory, run_id, me,
                             f"{directory} is in use by {holder.describe()}")
     found = existing_run(directory)
+    if found is not None and policy == "move_aside":
+        try:
+            notes += (_move_aside(found),)
+        except ConfigError:
+            run_lock.release(directory, run_id)
+            raise
+        found = None
     if found is not None and policy != "reuse":
         run_lock.release(directory, run_id)
         if policy == "refuse":
@@ -262,8 +275,39 @@ def _into_subdir(plan: ProfilePlan, directory: str, run_id: str, me: LockHolder,
     holder, _ = run_lock.acquire(sub, me)
     if holder is not None:  # a run id is unique; someone made this very directory
         raise ConfigError(KEY, _in_use(sub, holder, run_id))
-    note = f"{why}; this run writes into {sub} ({POLICY_KEY}=new_subdir)"
+    note = f"{why}; this run writes into {sub}"
     return _claimed(retarget(plan, sub), run_id, (note,), directory)
+
+
+def _move_aside(found: ExistingRunInfo) -> str:
+    """Move the run ``found`` in its directory into ``<directory>/<its run id>/``: a rename of
+    each of its top-level entries, so its manifest's relative paths hold there. One line
+    saying where it went."""
+    directory = found.directory
+    name = paths.sanitize(found.run_id or "previous-" + (found.when or _mtime_stamp(directory)))
+    target, n = os.path.join(directory, name), 1
+    while os.path.lexists(target):
+        n += 1
+        target = os.path.join(directory, f"{name}-{n}")
+    _makedirs(target)
+    for entry in sorted(os.listdir(directory)):
+        if entry in (paths.MANIFEST_NAME, paths.SUMMARY_DIR) or (
+                _RUN_DIRS.match(entry) and os.path.isdir(os.path.join(directory, entry))):
+            try:
+                os.rename(os.path.join(directory, entry), os.path.join(target, entry))
+            except OSError as err:
+                raise ConfigError(KEY, f"cannot move {os.path.join(directory, entry)} aside "
+                                       f"into {target}: {err.strerror or err}; set "
+                                       f"{POLICY_KEY}=new_subdir to leave it where it is") \
+                    from None
+    who = f"run {found.run_id}" if found.run_id else "the run"
+    return (f"{directory} held {found.describe()}: {who} moved to {target} "
+            f"({POLICY_KEY}=move_aside); this run writes into {directory}")
+
+
+def _mtime_stamp(directory: str) -> str:
+    stamp = datetime.datetime.fromtimestamp(os.stat(directory).st_mtime, datetime.timezone.utc)
+    return f"{stamp:%Y%m%d-%H%M%S}"
 
 
 def _claimed(plan: ProfilePlan, run_id: str, notes: Tuple[str, ...], requested: str) -> Run:

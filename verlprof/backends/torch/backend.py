@@ -18,13 +18,19 @@ if TYPE_CHECKING:
 
 
 
+QUIET_KINETO = {"KINETO_LOG_LEVEL": "6"}
+"""PyTorch's profiler library (Kineto) prints ``USDT: ... profiler_start`` and
+``profiler_stop`` on every window in every profiled process (level 5, above its errors at 4);
+6 keeps the console the trainer's. A profiler that fails still shows: its window's report is
+``missing`` with the reason (docs/backends.md)."""
+
 class TorchBackend(Backend):
     name = "torch"
     has_reader = True
 
     def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
                       rank: int, windows: int, warnings: List[str]) -> Launch:
-        return Launch(capture_options=asdict(config.torch))
+        return Launch(capture_options=asdict(config.torch), env=dict(QUIET_KINETO))
 
     def capture(self, plan: ProcessPlan) -> Capture:
         return TorchCapture(plan)
