@@ -111,6 +111,8 @@ class CpuRolloutRunner:
                                                      collate_fn=collate_fn), start=1):
             if step > STEPS:
                 break
+            # the weights of step - 1, as fit's update_weights(global_steps) leaves them
+            ray.get([s.set_global_steps.remote(step - 1) for r in replicas for s in r.servers])
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(batch))],
                                                      dtype=object)
@@ -124,7 +126,6 @@ class CpuRolloutRunner:
             if step in profiled:
                 manager.stop_profile()
             checkpoint.wake_up_replicas()
-            ray.get([s.set_global_steps.remote(step) for r in replicas for s in r.servers])
             steps = step
         observed = {"global_steps": steps, "training_pids": training_pids,
                     "replicas": replicas_observed(replicas)}

@@ -180,9 +180,13 @@ def replicas_observed(replicas: Sequence[Any]) -> List[Dict[str, Any]]:
     observed = []
     for replica in replicas:
         pids = ray.get([w.__ray_call__.remote(lambda _: os.getpid()) for w in replica.workers])
+        servers = ray.get([s.recorded.remote() for s in replica.servers])
+        for server in servers:  # generation at weights k belongs to step k + 1
+            steps = [c["global_steps"] + 1 for c in server["calls"] if c["method"] == "generate"]
+            server["generate_per_step"] = {step: steps.count(step) for step in sorted(set(steps))}
         observed.append({"replica_rank": replica.replica_rank,
                          "mode": replica.rollout_mode.value, "worker_pids": pids,
-                         "servers": ray.get([s.recorded.remote() for s in replica.servers])})
+                         "servers": servers})
     return observed
 
 
@@ -191,9 +195,11 @@ def run_fit(overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
 
     Returns ``global_steps`` (steps run), ``training_pids`` (pool -> pid per rank), and
     ``replicas``: per rollout replica ``replica_rank``, ``mode`` (hybrid), ``worker_pids`` and
-    ``servers`` (per server actor: ``pid``, ``node_rank``, ``calls``: every call with its
-    method, time, the weights' ``global_steps`` and details: ``start_profile``'s ``kwargs``,
-    ``generate``'s lengths and whether a trace was on, ``trace_written``'s ``path``)."""
+    ``servers`` (per server actor: ``pid``, ``node_rank``, ``rollout_mode``,
+    ``generate_per_step`` (step -> generate calls), ``calls``: every call with its method,
+    time, the weights' ``global_steps`` (step - 1 during a step's generation) and details:
+    ``start_profile``'s ``kwargs``, ``generate``'s lengths and whether a trace was on,
+    ``trace_written``'s ``path``). The server actors spawn no processes."""
     runner = CpuTaskRunner.remote()
     try:
         return ray.get(runner.fit.remote(list(overrides), save_path))
