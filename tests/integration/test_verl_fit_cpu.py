@@ -62,7 +62,7 @@ def _assert_step_1_profiled(server, save_path):
     assert start["kwargs"] == {}  # LLMServerManager.start_profile() passes nothing on
     first, last = methods.index("start_profile"), methods.index("stop_profile")
     generated = [c for c in calls if c["method"] == "generate"]
-    assert server["generate_per_step"] == {step: BATCH * N for step in range(1, STEPS + 1)}
+    assert server["generate_per_step"] == [BATCH * N] * STEPS
     inside = [c for c in calls[first:last] if c["method"] == "generate"]
     assert [c["global_steps"] for c in inside] == [0] * BATCH * N  # step 1's weights
     assert [c["profiling"] for c in generated] == [c in inside for c in generated]
@@ -76,9 +76,15 @@ def _assert_step_1_profiled(server, save_path):
 
 
 def test_fit_runs_two_steps_with_hybrid_replica_profiled_on_step_1(ray_cluster, tmp_path):
-    from tests.integration.apps.verl_cpu_trainer import run_fit
+    """Through verl's own entry: ``main_ppo.run_ppo(config, task_runner_class)``."""
+    from verl.trainer.main_ppo import run_ppo
 
-    result = run_fit(ROLLOUT_PROFILE, str(tmp_path))
+    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
+
+    config = compose(ROLLOUT_PROFILE, str(tmp_path))
+    run_ppo(config, CpuTaskRunner)
+    with open(observed_path(config)) as handle:
+        result = json.load(handle)
     assert result["global_steps"] == STEPS
     replica, server = _only_server(result)
     assert replica["mode"] == "hybrid" and server["rollout_mode"] == "hybrid"

@@ -94,6 +94,11 @@ def compose(overrides: Sequence[str], save_path: str) -> Any:
     return config
 
 
+def observed_path(config: Any) -> str:
+    """Where ``CpuTaskRunner.run`` writes what it observed: beside the run's data files."""
+    return os.path.join(os.path.dirname(config.data.train_files), "observed.json")
+
+
 def _base_task_runner() -> type:
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
@@ -123,7 +128,15 @@ class CpuTaskRunner(_base_task_runner()):  # type: ignore[misc]
             raise NotImplementedError("the CPU harness has no critic worker: use GRPO")
 
     def fit(self, overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
+        return self.run(compose(overrides, save_path))
+
+    def run(self, config: Any) -> Dict[str, Any]:
+        """verl's ``TaskRunner.run(config)``, so that verl's own ``run_ppo(config,
+        CpuTaskRunner)`` (and a launcher wrapping it) can drive it too; ``config`` is
+        ``compose``'s. What it observed is returned and written to ``observed_path(config)``
+        (``run_ppo`` discards the return value)."""
         import importlib
+        import json
 
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
         from verl.trainer.ppo.utils import (
@@ -137,7 +150,6 @@ class CpuTaskRunner(_base_task_runner()):  # type: ignore[misc]
         from verl.workers.config import HFModelConfig
 
         importlib.import_module(ENGINE_MODULE)  # registers cpu_standin in this process
-        config = compose(overrides, save_path)
         actor_rollout_cls, group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
         self.add_reward_model_resource_pool(config)
@@ -157,12 +169,20 @@ class CpuTaskRunner(_base_task_runner()):  # type: ignore[misc]
             role_worker_mapping=self.role_worker_mapping, resource_pool_manager=pools,
             ray_worker_group_cls=group_cls, train_dataset=train, val_dataset=val,
             collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train))
-        trainer.init_workers()
-        trainer.fit()
         try:
-            return self._observed(trainer)
+            trainer.init_workers()
+            trainer.fit()
+            observed = self._observed(trainer)
+            with open(observed_path(config), "w") as handle:
+                json.dump(observed, handle)
+            return observed
         finally:
-            for pool in pools.resource_pool_dict.values():  # CPUs back for the next run
+            # named servers and placement groups outlive this call: free both for a next run
+            for replica in getattr(getattr(trainer, "llm_server_manager", None),
+                                   "rollout_replicas", []):
+                for server in replica.servers:
+                    ray.kill(server)
+            for pool in pools.resource_pool_dict.values():
                 for pg in pool.pgs or []:
                     ray.util.remove_placement_group(pg)
 
@@ -183,7 +203,7 @@ def replicas_observed(replicas: Sequence[Any]) -> List[Dict[str, Any]]:
         servers = ray.get([s.recorded.remote() for s in replica.servers])
         for server in servers:  # generation at weights k belongs to step k + 1
             steps = [c["global_steps"] + 1 for c in server["calls"] if c["method"] == "generate"]
-            server["generate_per_step"] = {step: steps.count(step) for step in sorted(set(steps))}
+            server["generate_per_step"] = [steps.count(step) for step in range(1, max(steps) + 1)]
         observed.append({"replica_rank": replica.replica_rank,
                          "mode": replica.rollout_mode.value, "worker_pids": pids,
                          "servers": servers})
@@ -196,8 +216,8 @@ def run_fit(overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
     Returns ``global_steps`` (steps run), ``training_pids`` (pool -> pid per rank), and
     ``replicas``: per rollout replica ``replica_rank``, ``mode`` (hybrid), ``worker_pids`` and
     ``servers`` (per server actor: ``pid``, ``node_rank``, ``rollout_mode``,
-    ``generate_per_step`` (step -> generate calls), ``calls``: every call with its method,
-    time, the weights' ``global_steps`` (step - 1 during a step's generation) and details:
+    ``generate_per_step`` (generate calls in steps 1, 2, ...), ``calls``: every call with its
+    method, time, the weights' ``global_steps`` (step - 1 during a step's generation) and details:
     ``start_profile``'s ``kwargs``, ``generate``'s lengths and whether a trace was on,
     ``trace_written``'s ``path``). The server actors spawn no processes."""
     runner = CpuTaskRunner.remote()
