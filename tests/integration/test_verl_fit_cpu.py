@@ -69,6 +69,7 @@ def _assert_step_1_profiled(server, save_path):
     traces = glob.glob(os.path.join(save_path, "agent_loop_rollout_replica_0", "*.pt.trace.json"))
     [written] = [c["path"] for c in calls if c["method"] == "trace_written"]
     assert traces == [written]
+    assert f"_{server['engine_pid']}." in os.path.basename(written)  # by the engine's process
     with open(written) as handle:
         events = json.load(handle)["traceEvents"]
     ranges = [e for e in events if e.get("name") == "cpu_standin.generate"]
@@ -94,14 +95,21 @@ def test_fit_runs_two_steps_with_hybrid_replica_profiled_on_step_1(ray_cluster, 
     _assert_step_1_profiled(server, str(tmp_path))
 
 
-@pytest.mark.parametrize("mode", ["standalone", "colocated"])
-def test_generation_with_replica_in_mode_profiled_on_step_1(ray_cluster, tmp_path, mode):
+SPAWN_ENGINE = "+actor_rollout_ref.rollout.engine_kwargs.cpu_standin.spawn_engine=true"
+
+
+@pytest.mark.parametrize("mode,spawn", [("standalone", True), ("colocated", False)])
+def test_generation_with_replica_in_mode_profiled_on_step_1(ray_cluster, tmp_path, mode, spawn):
+    """Standalone with the engine in a process the server spawns (as vLLM's EngineCore),
+    colocated with the engine inside the server."""
     from tests.integration.apps.verl_cpu_rollout import run_generation
 
-    result = run_generation(mode, ROLLOUT_PROFILE, str(tmp_path))
+    overrides = [*ROLLOUT_PROFILE, *([SPAWN_ENGINE] if spawn else [])]
+    result = run_generation(mode, overrides, str(tmp_path))
     assert result["global_steps"] == STEPS
     replica, server = _only_server(result)
     assert replica["mode"] == mode and server["rollout_mode"] == mode
+    assert (server["engine_pid"] != server["pid"]) == spawn
     training = result["training_pids"].get("global_pool", [])
     assert bool(training) == (mode == "colocated")
     # verl's CheckpointEngineWorker per rollout rank, beside (colocated) or apart from training

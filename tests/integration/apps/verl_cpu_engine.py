@@ -7,8 +7,11 @@ import. Its pieces mirror verl's vLLM backend (``vllm_rollout/vllm_async_server.
   per replica node, pinned to the node of the replica's workers, named
   ``cpu_standin_server_<replica>_<node>`` (reward/teacher names as vLLM's); verl's own
   ``init_hybrid`` / ``init_colocated`` / ``init_standalone`` pick the workers.
-- ``CpuStandinServer`` (the server actor): ``generate`` runs a tiny random torch model on CPU,
-  each call inside ``nvtx.annotate("generate")`` and ``record_function("cpu_standin.generate")``;
+- ``CpuStandinServer`` (the server actor): ``generate`` runs a tiny random torch model on CPU
+  (``cpu_standin_model``), each call inside ``nvtx.annotate("generate")`` and
+  ``record_function("cpu_standin.generate")``, in the server process or, with
+  ``rollout.engine_kwargs.cpu_standin.spawn_engine=true``, in an engine process the server
+  spawns (as vLLM's server spawns its EngineCore; the torch profiler then runs there too);
   ``wake_up`` / ``sleep`` / ``clear_kv_cache`` / ``abort_all_requests`` / ... answer as vLLM's
   do; ``start_profile(**kwargs)`` / ``stop_profile()`` follow vLLM's torch-profiler route: gated
   by verl's ``build_rollout_dist_profiler`` on the rollout's ``profiler`` block (node 0 only,
@@ -22,22 +25,24 @@ import. Its pieces mirror verl's vLLM backend (``vllm_rollout/vllm_async_server.
 Not like vLLM: no HTTP server (the address is a reserved free port, used by verl only as the
 load balancer's key: the OpenAI endpoint serves tool agents and reward models, not this harness).
 verl 0.9.1 has no public registry for the adapter: it is added to ``_ROLLOUT_REGISTRY`` on
-import; a process that builds ``CheckpointEngineWorker`` imports this module through
-``rollout.checkpoint_engine.custom_backend_module`` (verl imports it before looking the
-adapter up).
+import. Every process that looks the engine up must import this module; verl's own plugin
+seams do it: ``actor_rollout_ref.model.external_lib`` (``HFModelConfig`` imports it: training
+workers, the trainer, servers, agent loop workers) and
+``rollout.checkpoint_engine.custom_backend_module`` (``CheckpointEngineWorker`` imports it before
+looking the adapter up).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import time
+import zlib
 from typing import Any, Dict, List, Optional
 
-import nvtx
 import ray
-import torch
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.profiler.config import (
     relocate_rollout_traces,
@@ -50,40 +55,9 @@ from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
+from tests.integration.apps.cpu_standin_model import LocalEngine, SpawnedEngine
+
 ENGINE = "cpu_standin"
-
-
-class TinyLM(torch.nn.Module):
-    """A few layers of random weights over the tokenizer's vocabulary."""
-
-    def __init__(self, vocab_size: int, hidden: int = 32, layers: int = 2, seed: int = 0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.embed = torch.nn.Embedding(vocab_size, hidden)
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(layers))
-        self.head = torch.nn.Linear(hidden, vocab_size)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed(ids).cumsum(0) / torch.arange(1, len(ids) + 1).unsqueeze(1)
-        for layer in self.layers:
-            h = torch.tanh(layer(h))
-        return self.head(h)
-
-    @torch.no_grad()
-    def sample(self, prompt: List[int], max_tokens: int, temperature: float, eos: Optional[int],
-               generator: torch.Generator) -> tuple:
-        ids, out, logprobs = torch.tensor(prompt), [], []
-        for _ in range(max_tokens):
-            logits = self.forward(ids)[-1]
-            probs = torch.softmax(logits / temperature, -1) if temperature > 0 else None
-            token = int(torch.multinomial(probs, 1, generator=generator)) if probs is not None \
-                else int(logits.argmax())
-            logprobs.append(float(torch.log_softmax(logits, -1)[token]))
-            out.append(token)
-            ids = torch.cat([ids, torch.tensor([token])])
-            if token == eos:
-                break
-        return out, logprobs
 
 
 class CpuStandinServer:
@@ -92,16 +66,17 @@ class CpuStandinServer:
     def __init__(self, config: Any, model_config: Any, rollout_mode: Any, workers: List[Any],
                  replica_rank: int, node_rank: int, gpus_per_node: int, nnodes: int,
                  cuda_visible_devices: str = "", **_: Any):
-        torch.set_num_threads(1)
         self.config = omega_conf_to_dataclass(config)
         # a DictConfig from LLMServerManager, an HFModelConfig from the reward/teacher managers
         self.model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.rollout_mode, self.workers = rollout_mode, workers
         self.replica_rank, self.node_rank, self.nnodes = replica_rank, node_rank, nnodes
         self.global_steps: Optional[int] = None
-        self.awake, self.model, self.port = True, None, 0
+        self.awake, self.engine, self.port = True, None, 0
+        # one engine thread, as an engine's loop: generation, profiler start and stop in order
+        self._engine_thread = concurrent.futures.ThreadPoolExecutor(1, "cpu_standin_engine")
         self.calls: List[Dict[str, Any]] = []
-        self._torch_profiler: Any = None
+        self._profiling = False
         # the rollout profiler as vLLM's server builds it: torch/npu only, ranks -> replicas
         profiler_config, tool_config = self.config.profiler, None
         if profiler_config is not None:
@@ -117,15 +92,24 @@ class CpuStandinServer:
             replica_rank, self.replica_world_size, config=profiler_config, tool_config=tool_config)
         self.profiler_keep_global_ranks = rollout_profiler_global_ranks(profiler_config)
 
+    async def _on_engine(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._engine_thread, function, *args)
+
     def _record(self, method: str, **fields: Any) -> None:
         self.calls.append({"method": method, "time": time.time(),
                            "global_steps": self.global_steps, **fields})
 
     async def launch_server(self, **kwargs: Any) -> None:
-        """Start the engine: build the model (random weights, the config's vocabulary)."""
-        vocab = self.model_config.hf_config.vocab_size
-        self.model = TinyLM(vocab, seed=self.replica_rank)
-        self.eos = self.model_config.tokenizer.eos_token_id if self.model_config.tokenizer else None
+        """Start the engine: a tiny random model of the config's vocabulary, in this process,
+        or in a spawned engine process (``engine_kwargs.cpu_standin.spawn_engine``), as vLLM's
+        server spawns its EngineCore."""
+        tokenizer = self.model_config.tokenizer
+        options = (self.config.engine_kwargs or {}).get(ENGINE) or {}
+        engine_class = SpawnedEngine if options.get("spawn_engine") else LocalEngine
+        self.engine = engine_class(self.model_config.hf_config.vocab_size, self.replica_rank,
+                                   tokenizer.eos_token_id if tokenizer else None)
+        self.engine_pid = await self._on_engine(self.engine.pid)
         with socket.socket() as probe:  # a unique address for verl's load balancer
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -146,14 +130,11 @@ class CpuStandinServer:
         max_tokens = sampling_params.get("max_tokens") or self.config.response_length
         max_tokens = min(max_tokens, self.config.response_length)
         temperature = float(sampling_params.get("temperature", 1.0))
-        generator = torch.Generator().manual_seed(hash(request_id) % (2**31))
-        with nvtx.annotate("generate", color="green"), \
-                torch.profiler.record_function("cpu_standin.generate"):
-            tokens, logprobs = self.model.sample(list(prompt_ids), max_tokens, temperature,
-                                                 self.eos, generator)
+        tokens, logprobs = await self._on_engine(
+            self.engine.generate, list(prompt_ids), max_tokens, temperature,
+            zlib.crc32(request_id.encode()))
         self._record("generate", prompt_len=len(prompt_ids), response_len=len(tokens),
-                     profiling=self._torch_profiler is not None)
-        await asyncio.sleep(0)  # let control calls in between requests, as an engine loop does
+                     profiling=self._profiling)
         return TokenOutput(token_ids=tokens,
                            log_probs=logprobs if sampling_params.get("logprobs") else None,
                            stop_reason="completed", num_preempted=0,
@@ -169,23 +150,16 @@ class CpuStandinServer:
         if self.node_rank != 0 or not self._should_profile():
             return
         contents = getattr(self.profiler_controller.tool_config, "contents", None) or []
-        self._torch_profiler = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
-            record_shapes="shapes" in contents, with_stack="stack" in contents,
-            profile_memory="memory" in contents)
-        self._torch_profiler.start()
+        await self._on_engine(self.engine.start_profile, list(contents))
+        self._profiling = True
 
     async def stop_profile(self) -> None:
         self._record("stop_profile")
-        if self.node_rank != 0 or self._torch_profiler is None:
+        if self.node_rank != 0 or not self._profiling:
             return
-        profiler, self._torch_profiler = self._torch_profiler, None
-        profiler.stop()
+        self._profiling = False
         directory = rollout_trace_dir(self.profiler_controller.config, self.replica_rank)
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"{socket.gethostname()}_{os.getpid()}."
-                                       f"{time.time_ns()}.pt.trace.json")
-        profiler.export_chrome_trace(path)
+        path = await self._on_engine(self.engine.stop_profile, directory)
         self._record("trace_written", path=path)
         relocate_rollout_traces(self.profiler_controller.config, self.replica_rank,
                                 self.replica_world_size, self.profiler_keep_global_ranks)
@@ -228,7 +202,8 @@ class CpuStandinServer:
 
     def recorded(self) -> Dict[str, Any]:
         """What a test asserts on: this process, its replica and node, every call made."""
-        return {"pid": os.getpid(), "replica_rank": self.replica_rank,
+        return {"pid": os.getpid(), "engine_pid": self.engine_pid,
+                "replica_rank": self.replica_rank,
                 "node_rank": self.node_rank, "rollout_mode": str(self.rollout_mode.value),
                 "calls": list(self.calls)}
 

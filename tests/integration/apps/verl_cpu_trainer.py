@@ -62,6 +62,9 @@ def cpu_overrides(model_dir: str, data: Dict[str, str], save_path: str) -> List[
         "data.max_prompt_length=32", "data.max_response_length=6",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model_dir}",
+        # verl's plugin seams import the engine module where its classes are looked up:
+        # HFModelConfig (training workers, servers, agent loop) and CheckpointEngineWorker
+        f"actor_rollout_ref.model.external_lib={ENGINE_MODULE}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.actor.use_kl_loss=false",

@@ -132,7 +132,7 @@ class CpuActorRolloutRefWorker(Worker, DistProfilerExtension):
         from verl.workers.config import HFModelConfig
         from verl.workers.rollout.base import get_rollout_class
 
-        from tests.integration.apps.verl_cpu_engine import TinyLM
+        from tests.integration.apps.cpu_standin_model import TinyLM
 
         model_config = omega_conf_to_dataclass(self.config.model, dataclass_type=HFModelConfig)
         self.policy = TinyLM(model_config.hf_config.vocab_size, seed=self.rank)
