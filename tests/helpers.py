@@ -44,17 +44,15 @@ def require_nsys() -> str:
 
 @contextlib.contextmanager
 def local_ray_cluster(num_cpus: int, num_gpus: int = 0) -> Iterator[None]:
-    """A local Ray cluster of ``num_cpus`` logical CPUs and ``num_gpus`` logical GPUs (a
-    label for Ray's scheduler, no device behind it: verl's ``ResourcePoolManager`` asks for
-    ``GPU`` bundles whatever the device), never one already running on the machine; on exit,
-    no nsys agent started meanwhile may be left orphaned."""
+    """A local Ray cluster of ``num_cpus`` logical CPUs (never one already running on the
+    machine); on exit, no nsys agent started meanwhile may be left orphaned."""
     import ray
 
     from verlprof.backends.nsys.cli import list_agents
 
     before = {a.pid for a in list_agents()}
-    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False, num_gpus=num_gpus)
     try:
         yield
     finally:

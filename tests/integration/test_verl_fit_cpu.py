@@ -40,8 +40,9 @@ ROLLOUT_PROFILE = [
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """Logical GPUs for verl's resource pools (always ``GPU`` bundles): one for the training
-    pool, one for a standalone replica's own pool."""
+    """Logical GPUs (``num_gpus``: a label for Ray's scheduler, no device behind it) for
+    verl's resource pools, which always ask for ``GPU`` bundles and check the cluster's GPU
+    count: one for the training pool, one for a standalone replica's own pool."""
     with local_ray_cluster(num_cpus=4, num_gpus=2):
         yield
 

@@ -9,8 +9,9 @@ Runs for real: Hydra config and ``validate_config``; ``ResourcePoolManager`` (pl
 groups), ``create_colocated_worker_cls`` + ``spawn`` of the fused actor/rollout(/ref) group;
 ``RLHFDataset`` over a parquet and verl's dataloader; ``RewardLoopManager`` and its reward loop
 workers (verl's naive reward manager with a custom ``compute_score``); ``LLMServerManager`` with
-the stand-in engine's replicas (``verl_cpu_engine``: ``init_hybrid`` of the actor worker group,
-server actors, verl's load balancer); ``AgentLoopManager`` and its ``AgentLoopWorker``s with
+the stand-in engine's replicas (``verl_cpu_engine``, imported through verl's
+``model.external_lib`` seam: ``init_hybrid`` of the actor worker group, server actors, verl's
+load balancer); ``AgentLoopManager`` and its ``AgentLoopWorker``s with
 ``single_turn_agent`` (chat template, tokenisation, postprocessing); ``CheckpointEngineManager``
 (``naive`` backend: sleep replicas, ``update_weights``); the whole ``fit`` loop: profiling hooks
 (``_start_profiling`` / ``_stop_profiling``, ``llm_server_manager.start_profile`` /
@@ -218,11 +219,12 @@ def run_fit(overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
 
     Returns ``global_steps`` (steps run), ``training_pids`` (pool -> pid per rank), and
     ``replicas``: per rollout replica ``replica_rank``, ``mode`` (hybrid), ``worker_pids`` and
-    ``servers`` (per server actor: ``pid``, ``node_rank``, ``rollout_mode``,
+    ``servers`` (per server actor: ``pid``, ``engine_pid`` (the process that generates: the
+    server's own, or the engine process it spawned), ``node_rank``, ``rollout_mode``,
     ``generate_per_step`` (generate calls in steps 1, 2, ...), ``calls``: every call with its
     method, time, the weights' ``global_steps`` (step - 1 during a step's generation) and details:
     ``start_profile``'s ``kwargs``, ``generate``'s lengths and whether a trace was on,
-    ``trace_written``'s ``path``). The server actors spawn no processes."""
+    ``trace_written``'s ``path``)."""
     runner = CpuTaskRunner.remote()
     try:
         return ray.get(runner.fit.remote(list(overrides), save_path))
