@@ -72,7 +72,7 @@ class CpuStandinServer:
         self.rollout_mode, self.workers = rollout_mode, workers
         self.replica_rank, self.node_rank, self.nnodes = replica_rank, node_rank, nnodes
         self.global_steps: Optional[int] = None
-        self.awake, self.engine, self.port = True, None, 0
+        self.awake, self.engine, self.engine_pid, self.port = True, None, None, 0
         # one engine thread, as an engine's loop: generation, profiler start and stop in order
         self._engine_thread = concurrent.futures.ThreadPoolExecutor(1, "cpu_standin_engine")
         self.calls: List[Dict[str, Any]] = []
@@ -245,7 +245,8 @@ class CpuStandinReplica(RolloutReplica):
 
 
 class CpuStandinAdapter(BaseRollout):
-    """What a worker holds to reach its replica's server (vLLM's ``ServerAdapter``)."""
+    """What a worker holds to reach its replica's server (vLLM's ``ServerAdapter``); it finds
+    the server by name, as an actor-rollout replica's (not a reward or teacher model's)."""
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any = None,
                  replica_rank: int = -1, **kwargs: Any):
