@@ -84,13 +84,13 @@ def require_nsys() -> str:
 
 
 @contextlib.contextmanager
-def local_ray_cluster(num_cpus: int) -> Iterator[None]:
+def local_ray_cluster(num_cpus: int, num_gpus: int = 0) -> Iterator[None]:
     """A local Ray cluster of ``num_cpus`` logical CPUs (never one already running on the
     machine); on exit, no nsys agent of this session may be left orphaned."""
     import ray
 
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False)
+             logging_level="ERROR", log_to_driver=False, num_gpus=num_gpus)
     try:
         yield
     finally:
