@@ -116,3 +116,60 @@ def test_generation_with_replica_in_mode_profiled_on_step_1(ray_cluster, tmp_pat
     # verl's CheckpointEngineWorker per rollout rank, beside (colocated) or apart from training
     assert not set(replica["worker_pids"]) & {server["pid"], *training}
     _assert_step_1_profiled(server, str(tmp_path))
+
+
+# -- with verlprof's bridge: verl's real fit, profiled through the launcher ---------------------
+
+NSYS = "global_profiler.global_tool_config.nsys"
+BRIDGED = [
+    "global_profiler.tool=nsys", "global_profiler.steps=[1,2]",
+    "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[0]",
+    f"{NSYS}.worker_nsight_options.capture-range=nvtx",
+    f"{NSYS}.worker_nsight_options.trace='nvtx,osrt'", f"{NSYS}.controller_nsight_options=null",
+]
+"""verl's own keys only: nsys on steps 1 and 2, the actor's rank 0 (and with it the rollout
+replica owning global rank 0, as verl maps the rollout's ranks), the NVTX trigger (no GPU)."""
+
+
+def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_cluster, tmp_path):
+    """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config (no
+    topology given): the training process and the replica's server run under nsys, each writes
+    one report per step, the server's holds every request of its step as ``rollout/generate``,
+    and ``verlprof report`` shows both groups side by side."""
+    from rich.console import Console
+    from verl.trainer.main_ppo import run_ppo
+
+    from tests.helpers import require_nsys
+    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
+    from tests.integration.runtime_helpers import nvtx_names
+    from verlprof.bridges.verl.launch import wrap_run_ppo
+    from verlprof.report import summarize
+
+    require_nsys()
+    config = compose(BRIDGED, str(tmp_path))
+    wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
+    with open(observed_path(config)) as handle:
+        result = json.load(handle)
+    with open(tmp_path / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert result["global_steps"] == STEPS
+    _, server = _only_server(result)
+    entries = {(e["group"], e["rank"], tuple(e["steps"])): e for e in manifest["reports"]}
+    assert sorted(entries) == [("global_pool", 0, (1,)), ("global_pool", 0, (2,)),
+                               ("rollout_replicas", 0, (1,)), ("rollout_replicas", 0, (2,))]
+    assert {e["status"] for e in entries.values()} == {"ok"}, manifest["reports"]
+    processes = {(p["group"], p["rank"]): p for p in manifest["processes"]}
+    assert processes[("rollout_replicas", 0)]["pid"] == server["pid"]
+    assert processes[("global_pool", 0)]["pid"] == result["training_pids"]["global_pool"][0]
+    assert all(p["under_profiler"] for p in processes.values())
+    assert manifest["served"] == {"rollout_replicas": {"engine": "cpu_standin",
+                                                       "gpus_per_replica": 1}}
+    for step in (1, 2):
+        served = nvtx_names(str(tmp_path / entries[("rollout_replicas", 0, (step,))]["path"]))
+        assert served == {"rollout/generate": BATCH * N}  # every request of its step
+        trained = nvtx_names(str(tmp_path / entries[("global_pool", 0, (step,))]["path"]))
+        assert {"actor/compute_log_prob", "actor/update_actor"} <= set(trained)
+    summary = summarize(str(tmp_path), console=Console(quiet=True), picture=False)
+    phases = {(r.group, r.rank, r.role, r.phase) for r in summary.rows}
+    assert ("rollout_replicas", 0, "rollout", "generate") in phases
+    assert ("global_pool", 0, "actor", "update_actor") in phases

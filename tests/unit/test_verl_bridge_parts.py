@@ -3,6 +3,9 @@ works where verl is not installed (tests/integration/test_verl_bridge.py runs it
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import subprocess
 import sys
 
@@ -104,3 +107,53 @@ def test_the_plugin_does_nothing_unless_asked():
             "import verlprof.bridges.verl.plugin\n"
             "print(sorted(m for m in sys.modules if m.startswith('verlprof.bridges.verl.')))\n")
     assert _python(code) == "['verlprof.bridges.verl.env', 'verlprof.bridges.verl.plugin']"
+
+
+class ReplicaServer:
+    """A served model's server as verl's engines write it (``async def generate``)."""
+
+    async def generate(self, prompt_ids, sampling_params, request_id, **kwargs):
+        await asyncio.sleep(0)
+        return [t + 1 for t in prompt_ids], request_id, kwargs
+
+
+def test_a_replica_servers_generate_is_ranged_only_in_a_live_window():
+    """The server class wrapped as Ray wraps actor methods (functools.wraps): its generate is
+    rerouted in place (Ray keeps the function objects) and records ``rollout/generate`` while
+    this process has a live window, and nothing otherwise."""
+    from verlprof.bridges.verl import worker_side
+
+    original = ReplicaServer.__dict__["generate"]
+
+    @functools.wraps(original)
+    async def traced(self, *args, **kwargs):  # Ray's tracing wrapper
+        return await original(self, *args, **kwargs)
+
+    ReplicaServer.generate = traced
+    ranges = []
+
+    class Capture:
+        @contextlib.contextmanager
+        def phase(self, label):
+            ranges.append(label)
+            yield
+
+    class Session:
+        capture = Capture()
+
+    assert worker_side.route_generation(ReplicaServer, "rollout") == ["ReplicaServer.generate"]
+    assert worker_side.route_generation(ReplicaServer, "rollout") == []  # once
+    host = worker_side.host()
+    call = ReplicaServer().generate([1, 2], {}, "r1", extra=3)
+    assert asyncio.run(call) == ([2, 3], "r1", {"extra": 3})
+    assert ranges == []  # no session: verl's function as it is
+    host._verlprof_session = Session()
+    try:
+        asyncio.run(ReplicaServer().generate([1], {}, "r2"))
+        assert ranges == []  # a session, but no live window
+        host._verlprof_active = True
+        asyncio.run(ReplicaServer().generate([1], {}, "r3"))
+        assert ranges == ["rollout/generate"]
+    finally:
+        host._verlprof_active = False
+        host._verlprof_session = None

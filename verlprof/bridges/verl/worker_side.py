@@ -173,7 +173,10 @@ async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its __code__ replace
 def route_generation(server_class: type, role: str) -> List[str]:
     """Reroute ``server_class.generate`` (a coroutine function without closure) through
     :func:`_generate_in_window` in this process; returns what was rerouted."""
-    function = inspect.getattr_static(server_class, GENERATE, None)
+    # the function verl wrote: Ray's actor classes wrap each method (functools.wraps) in a
+    # closure that calls it, so the one to reroute is the innermost
+    function = inspect.unwrap(inspect.getattr_static(server_class, GENERATE, None) or
+                              (lambda: None))
     if not inspect.iscoroutinefunction(function) or function.__closure__ \
             or getattr(function, MARK, False):
         return []
