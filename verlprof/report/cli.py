@@ -74,6 +74,9 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--no-picture", dest="picture", action="store_false",
                         help="skip the pictures (timeline.png, timeline.html, "
                              "timeline_steps.png)")
+    parser.add_argument("--no-trace", dest="trace", action="store_false",
+                        help="skip summary/trace.pftrace, the Perfetto trace of the whole run "
+                             "(verlprof trace writes it with filters)")
     parser.add_argument("--memory-budget", metavar="SIZE", default=None,
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
@@ -131,6 +134,7 @@ def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
                             min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                             jobs=args.jobs, picture=args.picture,
                             per_step=getattr(args, "per_step", None))
+        _trace(args, manifest)
         if before is not None and before[0][1] == manifest_state:
             seen.update(summary=summary, reports=reports, before=before,
                         picture=args.picture)
@@ -146,6 +150,19 @@ def _report(args: argparse.Namespace, seen: Dict[str, Any]) -> int:
               file=sys.stderr)
         return 1
     return EXIT_OK
+
+
+def _trace(args: argparse.Namespace, manifest) -> None:
+    """The run's trace (its line states the clocks' largest error bound), or that bound
+    alone with ``--no-trace``; a trace that cannot be written never fails the report."""
+    from verlprof.trace.cli import trace_or_error
+    from verlprof.trace.clock import clock_summary
+    from verlprof.trace.tracks import Filters
+
+    if getattr(args, "trace", True):
+        trace_or_error(args.output_dir, Filters(), manifest=manifest)
+    elif manifest is not None:
+        print(clock_summary(manifest).line())
 
 
 def _report_paths(output_dir: str, manifest) -> Optional[List[str]]:

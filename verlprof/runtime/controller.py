@@ -53,6 +53,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime import finish_hook, ownership
+from verlprof.runtime.clock_sync import ClockSync
 from verlprof.runtime.collect import (
     collect_at_exit,
     move_all,
@@ -121,6 +122,7 @@ class ProfileController:
         self._warnings: List[str] = list(plan.warnings) + list(self.run.notes)
         self._finalized: Optional[Manifest] = None
         self._signals = SignalGuard()
+        self._clocks = ClockSync()  # each process's clock offset, for one aligned trace
         line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
         logger.info(line)
         if echo:
@@ -166,6 +168,7 @@ class ProfileController:
             self._identity[target] = reply.identity
             self._next[target] = reply.next
         self._on_errors(errors)
+        self._clocks.measure(self._rpc, targets)
 
     @property
     def targets(self) -> List[Target]:
@@ -261,6 +264,7 @@ class ProfileController:
                 for target, _ in errors:
                     self._next[target] = None
                 self._on_errors(errors, raise_errors)
+                self._clocks.measure(self._rpc, targets)  # around every window
         finally:  # the workers' windows first: none of them takes in this process's close
             self._controller.close()
 
@@ -378,13 +382,15 @@ class ProfileController:
 
     def _manifest(self, entries: List[ReportEntry]) -> Manifest:
         processes = tuple(ProcessInfo(group=g, rank=r, host=i.host, pid=i.pid,
-                                      node_id=i.node_id, under_profiler=i.under_profiler)
+                                      node_id=i.node_id, under_profiler=i.under_profiler,
+                                      **self._clocks.fields((g, r)))
                           for (g, r), i in self._identity.items())
         return Manifest(
             tool=self.plan.tool, output_dir=self.plan.output_dir,
             step_windows=self.plan.step_windows, reports=tuple(entries),
             controller=ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
-                                   node_id=node_id(), under_profiler=self._controller.attached),
+                                   node_id=node_id(), under_profiler=self._controller.attached,
+                                   clock_offset_ns=0, clock_error_ns=0),
             processes=processes, groups={g.name: g.world_size for g in self.plan.groups},
             source=self.plan.source, warnings=tuple(dict.fromkeys(self._warnings)),
             verl_release=self.plan.verl_release,

@@ -13,7 +13,6 @@ window opens (at start, or at each planned phase call) and in what a phase call 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from verlprof.backends import get_backend
@@ -29,6 +28,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.worker.annotate import set_active
+from verlprof.worker.clock import clock_ns
 from verlprof.worker.timed import bounded
 
 SessionState = Literal["idle", "armed", "open", "finalized"]
@@ -250,7 +250,7 @@ class ProfileSession:
     # -- window bookkeeping --------------------------------------------------------------
     def _open(self, window: Window) -> None:
         self._pending.remove(window)
-        self.current = OpenedWindow(window, time.time_ns())
+        self.current = OpenedWindow(window, clock_ns())
         self.opened.append(self.current)
         self.state = OPEN
         self.capture.open(window)
@@ -263,7 +263,7 @@ class ProfileSession:
         try:
             self.capture.close(current.window)
         finally:
-            current.end_ns = time.time_ns()
+            current.end_ns = clock_ns()
 
     def _set_active(self, active: bool) -> None:
         set_active(self.owner, active)

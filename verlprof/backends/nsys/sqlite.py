@@ -225,7 +225,16 @@ def _domain_names(conn: sqlite3.Connection, text_sql: str, join: str) -> Dict[in
 def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                      include_marks: bool = False,
                      event_types: Sequence[int] = RANGE_EVENT_TYPES) -> List[NvtxRange]:
-    """NVTX ranges of a report, sorted by start (then longest first).
+    """NVTX ranges of a report, sorted by start (then longest first): the list of
+    :func:`iter_nvtx_ranges`."""
+    return list(iter_nvtx_ranges(sqlite_path, domain, include_marks, event_types))
+
+
+def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
+                     include_marks: bool = False,
+                     event_types: Sequence[int] = RANGE_EVENT_TYPES) -> Iterator[NvtxRange]:
+    """NVTX ranges of a report, sorted by start (then longest first), one row at a time (the
+    trace streams millions of them; ``verlprof report`` keeps only its own domain).
 
     ``domain`` keeps one domain (``""`` = default); the filter is in the query's ``WHERE``
     (by domain id, from the domain-create rows), so the millions of rows of other domains
@@ -240,7 +249,7 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         conn.text_factory = _lenient_text
         tables = _tables(conn)
         if "NVTX_EVENTS" not in tables:
-            return []
+            return
         cols = _columns(conn, "NVTX_EVENTS")
         text = "e.text" if "text" in cols else "NULL"
         if "StringIds" in tables and "textId" in cols:
@@ -254,26 +263,23 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         if domain is not None:
             ids = sorted(i for i, name in domains.items() if name == domain)
             if not ids:
-                return []
+                return
             where += f" AND (coalesce({dom}, 0) IN ({', '.join('?' for _ in ids)}))"
             args += ids
         tid = "e.globalTid" if "globalTid" in cols else "NULL"
         sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
                f"FROM NVTX_EVENTS e {join} WHERE {where} ORDER BY e.start, e.end DESC")
-        rows = conn.execute(sql, args).fetchall()
-    out: List[NvtxRange] = []
-    for text_v, start, end, dom_id, gtid, etype in rows:
-        if start is None:
-            continue
-        if end is None:
-            if etype != EVENT_MARK:
+        for text_v, start, end, dom_id, gtid, etype in conn.execute(sql, args):
+            if start is None:
                 continue
-            end = start
-        name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
-        g = int(gtid or 0)
-        out.append(NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
-                             (g >> 24) & _LOW24, None if gtid is None else int(gtid)))
-    return out
+            if end is None:
+                if etype != EVENT_MARK:
+                    continue
+                end = start
+            name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
+            g = int(gtid or 0)
+            yield NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
+                            (g >> 24) & _LOW24, None if gtid is None else int(gtid))
 
 
 def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:

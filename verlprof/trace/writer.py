@@ -1,0 +1,150 @@
+"""The streaming writer: Perfetto's protobuf trace format, one packet at a time.
+
+A Perfetto trace is a ``Trace`` message whose only field is ``repeated TracePacket packet = 1``,
+so a file that is a run of ``(tag 1, length, packet)`` records is a whole trace at every
+packet boundary: the writer appends each packet as it comes and never holds more than one.
+Only the few messages a timeline needs are encoded, by hand, with the field numbers of
+``perfetto/protos/perfetto/trace/perfetto_trace.proto`` (TracePacket, TrackDescriptor,
+ProcessDescriptor, TrackEvent, DebugAnnotation); the tests decode the file with the ``perfetto``
+package's own classes. docs/user_guide.md#one-trace-of-the-whole-job says why protobuf and
+not Chrome's JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Dict, Optional, Sequence, Union
+
+SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+"""``TrackEvent.Type``."""
+SEQUENCE_ID = 1
+"""One writer, one packet sequence (``trusted_packet_sequence_id``)."""
+_INCREMENTAL_STATE_CLEARED = 1
+Arg = Union[str, int]
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    value &= (1 << 64) - 1  # negative int32/int64 as protobuf writes them: two's complement
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(field: int, wire: int) -> bytes:
+    return _varint(field << 3 | wire)
+
+
+def _int(field: int, value: int) -> bytes:
+    return _key(field, 0) + _varint(value)
+
+
+def _bytes(field: int, value: bytes) -> bytes:
+    return _key(field, 2) + _varint(len(value)) + value
+
+
+def _text(field: int, value: str) -> bytes:
+    return _bytes(field, value.encode("utf-8", "replace"))
+
+
+def _fixed64(field: int, value: int) -> bytes:
+    return _key(field, 1) + struct.pack("<Q", value & ((1 << 64) - 1))
+
+
+def _annotation(name: str, value: Arg) -> bytes:
+    body = _text(10, name) + (_int(4, value) if isinstance(value, int) else _text(6, value))
+    return _bytes(4, body)  # TrackEvent.debug_annotations
+
+
+@dataclass
+class Written:
+    """What a writer has put in its file so far."""
+
+    bytes: int = 0
+    packets: int = 0
+    slices: int = 0
+    instants: int = 0
+    tracks: int = 0
+    processes: int = 0
+
+
+class TraceWriter:
+    """Appends Perfetto packets to ``out``: tracks first, then their events (any order: the
+    reader sorts by time). Times are ns on the controller's wall clock."""
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self.written = Written()
+        self._first = True
+
+    def _packet(self, body: bytes, timestamp: Optional[int] = None) -> None:
+        head = _int(10, SEQUENCE_ID)  # trusted_packet_sequence_id
+        if self._first:  # sequence_flags: no interned state carried from before
+            head += _int(13, _INCREMENTAL_STATE_CLEARED)
+            self._first = False
+        if timestamp is not None:
+            head += _int(8, max(0, timestamp))
+        record = _bytes(1, head + body)  # Trace.packet
+        self._out.write(record)
+        self.written.bytes += len(record)
+        self.written.packets += 1
+
+    def process_track(self, uuid: int, pid: int, name: str, labels: Sequence[str] = (),
+                      description: str = "", rank: Optional[int] = None) -> None:
+        """A process: ``pid`` must be unique in the trace (hosts reuse pids: pass a number of
+        the trace's own and put the real one in ``name``). ``rank`` orders processes."""
+        process = _int(1, pid) + _text(6, name) + b"".join(_text(8, lab) for lab in labels)
+        body = _int(1, uuid) + _bytes(3, process)
+        if description:
+            body += _text(14, description)
+        if rank is not None:
+            body += _int(12, rank)  # sibling_order_rank
+        self._packet(_bytes(60, body))
+        self.written.tracks += 1
+        self.written.processes += 1
+
+    def child_track(self, uuid: int, parent: Optional[int], name: str, rank: int = 0,
+                    description: str = "") -> None:
+        """A named track under ``parent`` (a thread, a GPU stream, the gaps), or at the top
+        when ``parent`` is None."""
+        body = _int(1, uuid) + _text(2, name) + _int(12, rank)
+        if parent is not None:
+            body += _int(5, parent)
+        if description:
+            body += _text(14, description)
+        self._packet(_bytes(60, body))
+        self.written.tracks += 1
+
+    def slice(self, track: int, name: str, start_ns: int, end_ns: int, category: str = "",
+              args: Optional[Dict[str, Arg]] = None, flow_out: Optional[int] = None,
+              flow_in: Optional[int] = None) -> None:
+        """A range ``[start_ns, end_ns]`` on ``track``; ``flow_out`` starts an arrow at it
+        (a launch), ``flow_in`` ends one (the kernel it launched)."""
+        event = _int(9, SLICE_BEGIN) + _int(11, track) + _text(23, name)
+        if category:
+            event += _text(22, category)
+        for key, value in (args or {}).items():
+            event += _annotation(key, value)
+        if flow_out is not None:
+            event += _fixed64(47, flow_out)
+        if flow_in is not None:
+            event += _fixed64(48, flow_in)
+        self._packet(_bytes(11, event), start_ns)
+        self._packet(_bytes(11, _int(9, SLICE_END) + _int(11, track)), max(start_ns, end_ns))
+        self.written.slices += 1
+
+    def instant(self, track: int, name: str, at_ns: int, category: str = "",
+                args: Optional[Dict[str, Arg]] = None) -> None:
+        """A point in time on ``track`` (a step boundary, a gap without a window)."""
+        event = _int(9, INSTANT) + _int(11, track) + _text(23, name)
+        if category:
+            event += _text(22, category)
+        for key, value in (args or {}).items():
+            event += _annotation(key, value)
+        self._packet(_bytes(11, event), at_ns)
+        self.written.instants += 1
+
+
