@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from verlprof import paths
-from verlprof.backends.reading import ReportReadError
 from verlprof.manifest import STATUS_MISSING, STATUS_OK, Manifest, ReportEntry, read_manifest
 from verlprof.safe_text import visible
 from verlprof.trace.clock import Alignment, Key, alignments, clock_summary
@@ -183,7 +182,7 @@ class _Run:
                 self._gap(entry, tracks, "not in this trace",
                           f"{entry.backend} output is not read into the trace: open "
                           f"{entry.path} at https://ui.perfetto.dev")
-        except (ReportReadError, OSError, ValueError, KeyError, TypeError) as err:
+        except Exception as err:  # noqa: BLE001 - one report's failure is a gap, not the end
             lines = str(err).strip().splitlines()
             self._gap(entry, tracks, "unreadable",
                       f"{type(err).__name__}: {lines[0] if lines else ''}")
