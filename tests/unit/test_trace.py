@@ -204,7 +204,7 @@ def test_filters_leave_out_what_they_say(run_dir, tmp_path):
 def test_the_command_prints_the_size_and_a_bad_dir_is_one_line(run_dir, tmp_path, capsys):
     assert trace_main([run_dir, "--ranks", "0-1", "--no-kernels"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("trace: ") and "KiB, 3 processes" in line and "perfetto" in line
+    assert line.startswith("trace: ") and "KiB: 3 processes" in line and "perfetto" in line
     assert trace_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no manifest here" in err[0]

@@ -42,11 +42,11 @@ class TraceResult:
     seconds: float
 
     def line(self) -> str:
-        """``trace: summary/trace.pftrace (1.2 MiB, 9 processes, 4,212 ranges, 0 gaps; ...)``."""
+        """Three lines: where it went and its size, the clocks' error bound, how to open it."""
         w = self.written
-        return (f"trace: {visible(self.path)} ({_size(w.bytes)}, {w.processes} processes, "
-                f"{w.slices:,} ranges, {self.gaps} gap(s); {self.clock_line}); open it at "
-                "https://ui.perfetto.dev")
+        return (f"trace: {visible(self.path)} ({_size(w.bytes)}: {w.processes} processes, "
+                f"{w.slices:,} ranges, {self.gaps} gap(s))\n  {self.clock_line}\n"
+                "  open it at https://ui.perfetto.dev (Open trace file)")
 
 
 def _size(n: int) -> str:
@@ -54,7 +54,7 @@ def _size(n: int) -> str:
 
 
 def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
-                out_path: Optional[str] = None, filters: Filters = Filters(),
+                out_path: Optional[str] = None, filters: Optional[Filters] = None,
                 timeout_s: float = 300.0) -> TraceResult:
     """Write the trace of ``output_dir``'s run; raises ValueError for a directory without a
     readable manifest, OSError when the trace cannot be written."""
@@ -67,7 +67,7 @@ def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             writer = TraceWriter(handle)
-            gaps = _Run(output_dir, manifest, writer, filters, timeout_s).write()
+            gaps = _Run(output_dir, manifest, writer, filters or Filters(), timeout_s).write()
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

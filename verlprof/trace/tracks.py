@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from verlprof.trace.clock import Alignment
 from verlprof.trace.writer import Arg, TraceWriter
@@ -90,7 +90,7 @@ class ProcessTracks:
                           rank=20)
 
     def range(self, track: int, name: str, start_ns: int, end_ns: int, category: str = "",
-              args: Optional[Dict[str, Arg]] = None, flow_out: Optional[int] = None,
+              args: Optional[Mapping[str, Arg]] = None, flow_out: Optional[int] = None,
               flow_in: Optional[int] = None, keep_short: bool = False) -> bool:
         """A range on the process's clock; False when the filters left it out."""
         if end_ns - start_ns < self.filters.min_duration_ns and not keep_short:
@@ -102,7 +102,7 @@ class ProcessTracks:
         return True
 
     def instant(self, track: int, name: str, at_ns: int, category: str = "",
-                args: Optional[Dict[str, Arg]] = None) -> None:
+                args: Optional[Mapping[str, Arg]] = None) -> None:
         at = self.alignment.place(at_ns)
         if self.clip is None or self.clip[0] <= at <= self.clip[1]:
             self.writer.instant(track, name, at, category, args)
