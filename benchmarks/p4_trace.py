@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List, Tuple
 
 from benchmarks.common import Result, median, ns
@@ -25,6 +26,9 @@ from benchmarks.p4_sizes import ensure
 
 TIME_GOAL = 1.5
 RSS_GOAL = 1.3
+UI_LIMIT_BYTES = 2 * 10**9
+"""What the Perfetto UI opens in a browser, as its documentation states (not measured here:
+the UI does not load offline)."""
 _WRAPPER = ("import sys\n"
             "from verlprof.cli import main\n"
             "rc = main(sys.argv[1:])\n"
@@ -76,6 +80,8 @@ def run(rounds: int = 3, log=print) -> List[Result]:
                                   f"report {median(f['report']):.2f} s, trace "
                                   f"{median(f['trace']):.2f} s, trace file "
                                   f"{median(f['bytes']) / 2**20:.1f} MiB"]))
+    with tempfile.TemporaryDirectory(prefix="verlprof-trace-1024-") as folder:
+        results.append(sizes_at_1024(folder, log=log))
     if len(figures) > 1:
         small, large = min(figures), max(figures)
         ratio = max(figures[large]["rss"]) / max(figures[small]["rss"])
@@ -83,3 +89,48 @@ def run(rounds: int = 3, log=print) -> List[Result]:
                               details=[f"{max(figures[s]['rss']) / 1024:.0f} MiB at {s} MB"
                                        for s in figures]))
     return results
+
+
+def sizes_at_1024(folder: str, kernels: int = 2000, ranks: int = 1024, log=print) -> Result:
+    """The trace's size at ``ranks`` ranks of one step, each an nsys export of ``kernels``
+    kernels (:func:`benchmarks.p4_gpu.build`, one file linked ``ranks`` times): written in full
+    without kernels, and with kernels for 8 ranks; the full size with kernels at ``ranks`` is
+    that per rank times ``ranks`` (the same report on every rank)."""
+    from benchmarks import p4_gpu
+    from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, write_manifest
+    from verlprof.trace.build import write_trace
+    from verlprof.trace.tracks import Filters
+
+    source = os.path.join(folder, "gpu.sqlite")
+    p4_gpu.build(source, kernels)
+    entries = []
+    for rank in range(ranks):
+        rel = os.path.join("step0001", "g", f"rank{rank}", "r.nsys-rep")
+        full = os.path.join(folder, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb"):
+            pass
+        os.utime(full, ns=(1, 1))
+        os.link(source, full[: -len(".nsys-rep")] + ".sqlite")
+        entries.append(ReportEntry(steps=(1,), group="g", rank=rank, component="g",
+                                   backend="nsys", path=rel, status="ok"))
+    processes = tuple(ProcessInfo(group="g", rank=r, host=f"n{r // 8}", pid=r)
+                      for r in range(ranks))
+    write_manifest(Manifest(tool="nsys", output_dir=folder, step_windows=((1,),),
+                            reports=tuple(entries), processes=processes,
+                            groups={"g": ranks}), folder)
+    sizes = {}
+    for label, filters in (("no kernels", Filters(kernels=False)),
+                           ("8 ranks", Filters(ranks=tuple(range(8))))):
+        began = ns()
+        result = write_trace(folder, filters=filters, out_path=os.path.join(folder, "t"))
+        sizes[label] = (result.written.bytes, (ns() - began) / 1e9)
+    per_rank = sizes["8 ranks"][0] / 8
+    details = [f"{ranks} ranks x {kernels:,} kernels, one step: no kernels "
+               f"{sizes['no kernels'][0] / 2**20:.1f} MiB ({sizes['no kernels'][1]:.1f} s); "
+               f"8 ranks with kernels {sizes['8 ranks'][0] / 2**20:.1f} MiB; all "
+               f"{ranks} with kernels {per_rank * ranks / 2**30:.2f} GiB (8 ranks' x "
+               f"{ranks // 8}); {per_rank / kernels:.0f} bytes a kernel with its launch"]
+    log("P4 trace at 1,024 ranks: " + details[0])
+    return Result(f"P4 trace at {ranks} ranks --no-kernels vs the Perfetto UI's 2 GB",
+                  sizes["no kernels"][0] / UI_LIMIT_BYTES, 1.0, details=details)

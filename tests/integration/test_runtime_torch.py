@@ -50,7 +50,9 @@ def test_torch_whole_and_discrete(ray_cluster, tmp_path):
     from tests.trace_reader import decode
     from verlprof.trace.build import write_trace
 
-    trace = decode(write_trace(out).path)
+    written = write_trace(out)
+    print(written.line())  # docs/user_guide.md#one-trace-of-the-whole-job shows it
+    trace = decode(written.path)
     assert sorted(n.split(" (")[0] for n in trace.processes.values()) == [
         "actor_rollout_ref rank 0", "actor_rollout_ref rank 1", "controller", "critic rank 1"]
     for process, name in trace.processes.items():

@@ -11,7 +11,7 @@ Rows come from SQLite cursors one at a time: memory does not grow with the repor
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional, Set
+from typing import Dict, Optional, Set
 
 from verlprof.backends.nsys.gpu_plan import KERNEL_TABLE, MEMCPY_TABLE, RUNTIME_TABLE
 from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
@@ -38,17 +38,7 @@ def nsys_events(report: str, tracks: ProcessTracks, timeout_s: float = 300.0) ->
     if bounds.utc_epoch_ns is None:
         raise ReportReadError(f"{sqlite_path}: no session start time; cannot place it in time")
     base = bounds.utc_epoch_ns
-    read = 0
-    for r in iter_nvtx_ranges(sqlite_path, include_marks=True,
-                              event_types=RANGE_EVENT_TYPES):
-        read += 1
-        track = tracks.thread(r.thread_id)
-        start, end = base + r.start_ns, base + r.end_ns
-        if r.event_type == EVENT_MARK:
-            tracks.instant(track, r.text, start, category=r.domain or "nvtx")
-        else:
-            tracks.range(track, r.text, start, end, category=r.domain or "nvtx",
-                         keep_short=r.text == CAPTURE_RANGE or r.text.startswith("step/"))
+    read = _nvtx(sqlite_path, base, tracks)
     if tracks.filters.kernels:
         tables = set(list_tables(sqlite_path))
         with open_export(sqlite_path) as conn:
@@ -56,6 +46,42 @@ def nsys_events(report: str, tracks: ProcessTracks, timeout_s: float = 300.0) ->
             for table in (KERNEL_TABLE, MEMCPY_TABLE):
                 if table in tables:
                     read += _gpu(conn, table, RUNTIME_TABLE in tables, base, tracks)
+    return read
+
+
+def _nvtx(sqlite_path: str, base: int, tracks: ProcessTracks) -> int:
+    """Every NVTX range and mark of every domain on its thread's track. The rows come raw
+    (no object per range: a report holds millions) and go to the writer's fast path unless
+    they need the filters' exceptions (the window, step ranges)."""
+    rows = iter_nvtx_ranges(sqlite_path, include_marks=True, event_types=RANGE_EVENT_TYPES,
+                            raw=True)
+    domains = next(rows, None)
+    if domains is None:
+        return 0
+    shift = base - tracks.alignment.offset_ns  # session time -> the controller's clock
+    shortest = tracks.filters.min_duration_ns
+    clip = tracks.clip
+    lo, hi = clip if clip is not None else (-(1 << 63), 1 << 63)
+    threads: Dict[int, int] = {}
+    plain = tracks.writer.plain_slice
+    read = 0
+    for text, start, end, dom, gtid, etype in rows:
+        read += 1
+        if start is None or (end is None and etype != EVENT_MARK):
+            continue  # still open when the capture stopped
+        tid = (gtid or 0) & _LOW24
+        track = threads.get(tid)
+        if track is None:
+            track = threads[tid] = tracks.thread(tid)
+        domain = domains.get(dom or 0, f"<domain {dom}>") or "nvtx"
+        text = text or ""
+        if etype == EVENT_MARK:
+            tracks.instant(track, text, base + start, category=domain)
+        elif text == CAPTURE_RANGE or text.startswith("step/"):
+            tracks.range(track, text, base + start, base + end, category=domain,
+                         keep_short=True)
+        elif end - start >= shortest and lo <= end + shift and start + shift <= hi:
+            plain(track, text, domain, start + shift, end + shift)
     return read
 
 

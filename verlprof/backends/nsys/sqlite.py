@@ -36,7 +36,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from verlprof.backends.reading import ReportReadError
 
@@ -232,9 +232,13 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
 
 def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                      include_marks: bool = False,
-                     event_types: Sequence[int] = RANGE_EVENT_TYPES) -> Iterator[NvtxRange]:
+                     event_types: Sequence[int] = RANGE_EVENT_TYPES,
+                     raw: bool = False) -> Iterator[Any]:
     """NVTX ranges of a report, sorted by start (then longest first), one row at a time (the
     trace streams millions of them; ``verlprof report`` keeps only its own domain).
+    ``raw``: first the domain names by id, then each row as SQLite gives it, ``(text, start,
+    end or None, domain id, globalTid, eventType)``, for a caller that cannot afford an object
+    per range.
 
     ``domain`` keeps one domain (``""`` = default); the filter is in the query's ``WHERE``
     (by domain id, from the domain-create rows), so the millions of rows of other domains
@@ -258,6 +262,8 @@ def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         else:
             text_expr, join = text, ""
         domains = _domain_names(conn, text_expr, join) if "domainId" in cols else {0: ""}
+        if raw:
+            yield domains  # then the rows as they are: (text, start, end, domain id, tid, type)
         dom = "e.domainId" if "domainId" in cols else "0"
         where, args = f"e.eventType IN ({', '.join('?' for _ in types)})", list(types)
         if domain is not None:
@@ -269,6 +275,9 @@ def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         tid = "e.globalTid" if "globalTid" in cols else "NULL"
         sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
                f"FROM NVTX_EVENTS e {join} WHERE {where} ORDER BY e.start, e.end DESC")
+        if raw:
+            yield from conn.execute(sql, args)
+            return
         for text_v, start, end, dom_id, gtid, etype in conn.execute(sql, args):
             if start is None:
                 continue
