@@ -41,7 +41,7 @@ RSS_GOAL = 2.0
 # process would report its parent's peak
 _WRAPPER = ("import resource, sys\n"
             "from verlprof.cli import main\n"
-            "rc = main(['report', sys.argv[1]])\n"
+            "rc = main(['report', '--no-trace', sys.argv[1]])\n"
             "me = [int(l.split()[1]) for l in open('/proc/self/status') "
             "if l.startswith('VmHWM:')][0]\n"
             "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"

@@ -29,6 +29,8 @@ CONTROLLER_OUTPUT_FORMAT = "controller_%h_%p"
 SUMMARY_DIR = "summary"
 RAW_DIR = ".raw"
 """Where profiled processes write before collection renames their reports."""
+TRACE_NAME = "trace.pftrace"
+"""``verlprof trace``'s file in :data:`SUMMARY_DIR`: the whole run as one Perfetto trace."""
 
 STEP_DIR_FORMAT = "step{first:04d}"
 STEP_RANGE_DIR_FORMAT = "step{first:04d}-{last:04d}"

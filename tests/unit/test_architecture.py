@@ -56,6 +56,7 @@ BELOW: Dict[str, Set[str]] = {
 LAZY_ALLOWED = {
     "verlprof", "verlprof.config", "verlprof.plan",  # PEP 562 __getattr__: import cost
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
+    "verlprof.trace.cli",
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
     "verlprof.backends",  # PEP 562: a backend's module when it is asked for

@@ -222,3 +222,20 @@ def test_an_old_manifest_without_clocks_still_makes_a_trace(run_dir, tmp_path):
     result = write_trace(run_dir, manifest=old, out_path=str(tmp_path / "old.pftrace"))
     assert "clocks: not measured" in result.line()
     assert len(decode(result.path).processes) == 5
+
+
+def test_the_writers_fast_path_writes_the_same_bytes():
+    import io
+
+    from verlprof.trace.writer import TraceWriter
+
+    slow, fast = io.BytesIO(), io.BytesIO()
+    writers = TraceWriter(slow), TraceWriter(fast)
+    for w in writers:
+        w.child_track(1, None, "t")
+    for i in range(100):
+        start = T0 + i * 1000 if i != 50 else 5  # a time before 2002: the plain path
+        writers[0].slice(1, f"n{i % 3}", start, start + 500, "c")
+        writers[1].plain_slice(1, f"n{i % 3}", "c", start, start + 500)
+    assert slow.getvalue() == fast.getvalue()
+    assert writers[0].written == writers[1].written

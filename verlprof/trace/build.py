@@ -24,8 +24,7 @@ from verlprof.trace.torch_events import torch_events
 from verlprof.trace.tracks import Filters, ProcessTracks, TrackIds
 from verlprof.trace.writer import TraceWriter, Written
 
-TRACE_NAME = "trace.pftrace"
-"""Written in ``<output_dir>/summary/``; opens at https://ui.perfetto.dev."""
+TRACE_NAME = paths.TRACE_NAME
 Span = Tuple[int, int]
 
 

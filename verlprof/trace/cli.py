@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
+from verlprof.paths import TRACE_NAME
 from verlprof.safe_text import visible
-from verlprof.trace.build import TRACE_NAME, TraceResult, write_trace
 from verlprof.trace.tracks import Filters
+
+if TYPE_CHECKING:  # the readers load when a trace is written, not when the parser is built
+    from verlprof.trace.build import TraceResult
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -89,6 +92,8 @@ def add_trace_subcommand(subparsers) -> argparse.ArgumentParser:
 def trace_or_error(output_dir: str, filters: Filters, out: Optional[str] = None,
                    manifest=None) -> Tuple[int, Optional[TraceResult]]:
     """Write the trace and print its line; one line on stderr instead of a traceback."""
+    from verlprof.trace.build import write_trace
+
     try:
         result = write_trace(output_dir, manifest=manifest, out_path=out, filters=filters)
     except ValueError as err:
