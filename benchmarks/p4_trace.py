@@ -14,14 +14,12 @@ picks the sizes as for :mod:`benchmarks.p4_scale`.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from typing import Dict, List, Tuple
 
 from benchmarks.common import Result, median, ns
 from benchmarks.p4_report import clean
-from benchmarks.p4_scale import sizes
+from benchmarks.p4_scale import sizes, verlprof_once
 from benchmarks.p4_sizes import ensure
 
 TIME_GOAL = 1.5
@@ -29,26 +27,12 @@ RSS_GOAL = 1.3
 UI_LIMIT_BYTES = 2 * 10**9
 """What the Perfetto UI opens in a browser, as its documentation states (not measured here:
 the UI does not load offline)."""
-_WRAPPER = ("import sys\n"
-            "from verlprof.cli import main\n"
-            "rc = main(sys.argv[1:])\n"
-            "me = [int(l.split()[1]) for l in open('/proc/self/status') "
-            "if l.startswith('VmHWM:')][0]\n"
-            "print(f'PEAK_RSS_KIB {me}', file=sys.stderr)\n"
-            "sys.exit(rc)\n")
 
 
 def once(argv: List[str]) -> Tuple[float, int, str]:
     """(wall s, peak RSS KiB, stdout) of one ``verlprof`` command in a fresh process."""
-    began = ns()
-    proc = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True,
-                          text=True, timeout=900, check=False)
-    wall = (ns() - began) / 1e9
-    peak = [x for x in proc.stderr.splitlines() if x.startswith("PEAK_RSS_KIB")]
-    if proc.returncode != 0 or not peak:
-        raise RuntimeError(f"verlprof {argv[0]} failed ({proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
-    return wall, int(peak[-1].split()[1]), proc.stdout
+    wall, peak, _, stdout = verlprof_once(argv)
+    return wall, peak, stdout
 
 
 def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
@@ -57,7 +41,7 @@ def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:
     line = ""
     for _ in range(rounds):
         clean(folder)
-        wall, _, _ = once(["report", "--no-trace", "--no-picture", folder])
+        wall, _, _ = once(["report", "--no-trace", folder])
         out["report"].append(wall)
         wall, peak, stdout = once(["trace", folder])
         out["trace"].append(wall)
