@@ -239,3 +239,20 @@ def test_the_writers_fast_path_writes_the_same_bytes():
         writers[1].plain_slice(1, f"n{i % 3}", "c", start, start + 500)
     assert slow.getvalue() == fast.getvalue()
     assert writers[0].written == writers[1].written
+
+
+def test_reports_read_side_by_side_give_the_same_trace(run_dir, tmp_path):
+    """Parts written by a pool and joined equal the reports read one after the other: the
+    same tracks (a thread named in two parts is one track), slices and arrows."""
+    def content(jobs):
+        trace = decode(write_trace(run_dir, out_path=str(tmp_path / f"{jobs}.pftrace"),
+                                   jobs=jobs).path)
+        return {name: [(s.name, s.start, s.end, s.flow_in != (), s.flow_out != ())
+                       for s in trace.slices_of_process(uuid)]
+                for uuid, name in trace.processes.items()}, sorted(
+                    (trace.processes[trace.process_of(t)], n) for t, (_, n) in
+                    trace.tracks.items() if trace.process_of(t) is not None)
+
+    one, two = content(1), content(2)
+    assert one == two
+    assert len(one[1]) == len(set(one[1]))  # no track twice

@@ -13,14 +13,13 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.manifest import STATUS_MISSING, STATUS_OK, Manifest, ReportEntry, read_manifest
 from verlprof.safe_text import visible
 from verlprof.trace.clock import Alignment, Key, alignments, clock_summary
-from verlprof.trace.nsys_events import nsys_events
-from verlprof.trace.torch_events import torch_events
+from verlprof.trace.parts import Part, append_part, read_parts
 from verlprof.trace.tracks import Filters, ProcessTracks, TrackIds
 from verlprof.trace.writer import TraceWriter, Written
 
@@ -54,9 +53,10 @@ def _size(n: int) -> str:
 
 def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
                 out_path: Optional[str] = None, filters: Optional[Filters] = None,
-                timeout_s: float = 300.0) -> TraceResult:
-    """Write the trace of ``output_dir``'s run; raises ValueError for a directory without a
-    readable manifest, OSError when the trace cannot be written."""
+                timeout_s: float = 300.0, jobs: Optional[int] = None) -> TraceResult:
+    """Write the trace of ``output_dir``'s run, reading ``jobs`` reports at once (default one
+    per core); raises ValueError for a directory without a readable manifest, OSError when
+    the trace cannot be written."""
     began = time.monotonic()
     manifest = read_manifest(output_dir) if manifest is None else manifest
     target = out_path or os.path.join(output_dir, paths.SUMMARY_DIR, TRACE_NAME)
@@ -66,11 +66,13 @@ def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             writer = TraceWriter(handle)
-            gaps = _Run(output_dir, manifest, writer, filters or Filters(), timeout_s).write()
+            run = _Run(output_dir, manifest, writer, filters or Filters(), timeout_s)
+            gaps = run.write(handle, tmp, jobs)
         os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in [tmp] + [f"{tmp}.{i}" for i in range(len(manifest.reports))]:
+            if os.path.exists(leftover):
+                os.unlink(leftover)
         raise
     return TraceResult(target, writer.written, gaps, clock_summary(manifest).line(),
                        time.monotonic() - began)
@@ -104,7 +106,24 @@ class _Run:
             spans[entry.steps] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
         return spans
 
-    def write(self) -> int:
+    def write(self, out: BinaryIO, prefix: str, jobs: Optional[int]) -> int:
+        """The header, the process tracks and the gaps here; the reports' events in parts
+        written side by side (:mod:`verlprof.trace.parts`), joined in manifest order."""
+        self._header()
+        parts: List[Tuple[ReportEntry, Part]] = []
+        for index, entry in enumerate(self.entries):
+            part = self._entry(entry, f"{prefix}.{index}", index)
+            if part is not None:
+                parts.append((entry, part))
+        for (entry, part), (written, error) in zip(parts, read_parts([p for _, p in parts],
+                                                                   jobs)):
+            append_part(out, part)
+            self.writer.written.add(written)
+            if error is not None:
+                self._gap(entry, self.tracks[(entry.group, entry.rank)], "unreadable", error)
+        return self.gap_count
+
+    def _header(self) -> None:
         summary = clock_summary(self.manifest)
         top = self.ids.uuid()
         self.writer.child_track(top, None, "verlprof steps", rank=0,
@@ -121,9 +140,6 @@ class _Run:
             self.writer.instant(top, f"{label} begins", lo, category="step")
             self.writer.instant(top, f"{label} ends", hi, category="step")
         self._process_tracks()
-        for entry in self.entries:
-            self._entry(entry)
-        return self.gap_count
 
     def _process_tracks(self) -> None:
         m = self.manifest
@@ -161,30 +177,27 @@ class _Run:
         return (min(s for s, _ in self.windows.values()),
                 max(e for _, e in self.windows.values()))
 
-    def _entry(self, entry: ReportEntry) -> None:
+    def _entry(self, entry: ReportEntry, out: str, index: int) -> Optional[Part]:
+        """The part that reads ``entry``'s report (None: nothing to read), its gap if any."""
         tracks = self.tracks[(entry.group, entry.rank)]
         if entry.status != STATUS_OK:
             self._gap(entry, tracks, entry.status, entry.reason or "no reason recorded")
         if entry.status == STATUS_MISSING:
-            return
+            return None
         try:
             full = paths.inside(self.output_dir, entry.path)
         except ValueError as err:
             self._gap(entry, tracks, "unreadable", str(err))
-            return
-        try:
-            if entry.backend == "nsys":
-                nsys_events(full, tracks, self.timeout_s)
-            elif entry.backend == "torch":
-                torch_events(full, tracks, entry.window_start_ns)
-            else:
-                self._gap(entry, tracks, "not in this trace",
-                          f"{entry.backend} output is not read into the trace: open "
-                          f"{entry.path} at https://ui.perfetto.dev")
-        except Exception as err:  # noqa: BLE001 - one report's failure is a gap, not the end
-            lines = str(err).strip().splitlines()
-            self._gap(entry, tracks, "unreadable",
-                      f"{type(err).__name__}: {lines[0] if lines else ''}")
+            return None
+        if entry.backend not in ("nsys", "torch"):
+            self._gap(entry, tracks, "not in this trace",
+                      f"{entry.backend} output is not read into the trace: open "
+                      f"{entry.path} at https://ui.perfetto.dev")
+            return None
+        return Part(index=index, path=full, backend=entry.backend,
+                    window_start_ns=entry.window_start_ns, process_uuid=tracks.uuid,
+                    alignment=tracks.alignment, filters=self.filters, clip=tracks.clip,
+                    out=out, timeout_s=self.timeout_s)
 
     def _gap(self, entry: ReportEntry, tracks: ProcessTracks, kind: str, reason: str) -> None:
         """A marked hole: the report's window (or its steps' span) on a ``gaps`` track."""

@@ -10,6 +10,7 @@ nothing.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from itertools import count
 from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
@@ -45,12 +46,13 @@ class Filters:
 
 
 class TrackIds:
-    """Unique track uuids and process numbers for one trace."""
+    """Unique track uuids and process numbers for one trace (a part of it: its own arrow
+    ids, from ``first_flow``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_flow: int = 1) -> None:
         self._uuids: Iterator[int] = count(1)
         self._pids: Iterator[int] = count(1)
-        self._flows: Iterator[int] = count(1)
+        self._flows: Iterator[int] = count(first_flow)
 
     def uuid(self) -> int:
         return next(self._uuids)
@@ -61,6 +63,19 @@ class TrackIds:
     def flow_base(self) -> int:
         """A range of 2**40 flow ids of one's own (a report's correlation ids go below it)."""
         return next(self._flows) << 40
+
+
+def child_uuid(process: int, kind: str, key: str) -> int:
+    """The uuid of a process's child track, the same in every part that names it: the
+    process's uuid, then a thread's id (ids are below 2**22 on Linux), or a hash of the key for
+    the other tracks (a GPU stream, the gaps). It stays above the counted uuids and short: a
+    range names its track twice, so each byte of it counts (5 bytes at 1,024 processes)."""
+    if kind == "thread" and key.isdigit() and int(key) < 1 << 23:
+        space, low = 0, int(key)
+    else:
+        digest = hashlib.blake2b(f"{kind}/{key}".encode(), digest_size=4).digest()
+        space, low = 1, int.from_bytes(digest, "little") & ((1 << 23) - 1)
+    return (process << 24) | (space << 23) | low
 
 
 class ProcessTracks:
@@ -78,7 +93,7 @@ class ProcessTracks:
         """The child track ``(kind, key)``, created (named ``name``) on first use."""
         found = self._children.get((kind, key))
         if found is None:
-            found = self._children[(kind, key)] = self.ids.uuid()
+            found = self._children[(kind, key)] = child_uuid(self.uuid, kind, key)
             self.writer.child_track(found, self.uuid, name, rank=rank)
         return found
 

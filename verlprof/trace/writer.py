@@ -19,7 +19,8 @@ from typing import BinaryIO, Dict, Mapping, Optional, Sequence, Tuple, Union
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 """``TrackEvent.Type``."""
 SEQUENCE_ID = 1
-"""One writer, one packet sequence (``trusted_packet_sequence_id``)."""
+"""One writer, one packet sequence (``trusted_packet_sequence_id``); the parts of a trace
+read side by side each have their own (:mod:`verlprof.trace.parts`)."""
 _INCREMENTAL_STATE_CLEARED = 1
 Arg = Union[str, int]
 
@@ -95,6 +96,11 @@ class Written:
     tracks: int = 0
     processes: int = 0
 
+    def add(self, other: Written) -> None:
+        """Count ``other``'s (a part joined to this file) too."""
+        for name in ("bytes", "packets", "slices", "instants", "tracks", "processes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
 
 class TraceWriter:
     """Appends Perfetto packets to ``out``: tracks first, then their events (any order: the
@@ -107,10 +113,10 @@ class TraceWriter:
     _CACHE = 65_536
     """Kept encodings of (track, name, category) before the cache starts over."""
 
-    def __init__(self, out: BinaryIO):
+    def __init__(self, out: BinaryIO, sequence_id: int = SEQUENCE_ID):
         self._out = out
         self.written = Written()
-        self._sequence = _int(10, SEQUENCE_ID)  # trusted_packet_sequence_id
+        self._sequence = _int(10, sequence_id)  # trusted_packet_sequence_id
         self._begins: Dict[Tuple[int, str, str], bytes] = {}
         self._ends: Dict[int, bytes] = {}
         self._plain: Dict[Tuple[int, str, str], Tuple[bytes, bytes, bytes, int]] = {}
