@@ -11,7 +11,7 @@ Rows come from SQLite cursors one at a time: memory does not grow with the repor
 from __future__ import annotations
 
 import sqlite3
-from typing import Dict, Optional, Set
+from typing import Any, Dict, Optional, Set, Tuple
 
 from verlprof.backends.nsys.gpu_plan import KERNEL_TABLE, MEMCPY_TABLE, RUNTIME_TABLE
 from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
@@ -26,6 +26,8 @@ from verlprof.backends.nsys.sqlite import (
 )
 from verlprof.backends.reading import ReportReadError
 from verlprof.trace.tracks import ProcessTracks
+from verlprof.trace.writer import NINE_BYTES as _NINE_BYTES
+from verlprof.trace.writer import TEN_BYTES as _TEN_BYTES
 
 _LOW24 = 0xFFFFFF
 
@@ -50,39 +52,77 @@ def nsys_events(report: str, tracks: ProcessTracks, timeout_s: float = 300.0) ->
 
 
 def _nvtx(sqlite_path: str, base: int, tracks: ProcessTracks) -> int:
-    """Every NVTX range and mark of every domain on its thread's track. The rows come raw
-    (no object per range: a report holds millions) and go to the writer's fast path unless
-    they need the filters' exceptions (the window, step ranges)."""
-    rows = iter_nvtx_ranges(sqlite_path, include_marks=True, event_types=RANGE_EVENT_TYPES,
-                            raw=True)
-    domains = next(rows, None)
+    """Every NVTX range and mark of every domain on its thread's track. The rows come in
+    lists, never as an object per range (a report holds millions): the plain ranges of a list
+    are filtered and encoded by numpy (:meth:`TraceWriter.plain_slices`), the few others (the
+    window, step ranges, marks, ranges left open) one by one."""
+    import numpy as np
+
+    batches = iter_nvtx_ranges(sqlite_path, include_marks=True,
+                               event_types=RANGE_EVENT_TYPES, raw=True)
+    domains = next(batches, None)
     if domains is None:
         return 0
     shift = base - tracks.alignment.offset_ns  # session time -> the controller's clock
     shortest = tracks.filters.min_duration_ns
-    clip = tracks.clip
-    lo, hi = clip if clip is not None else (-(1 << 63), 1 << 63)
-    threads: Dict[int, int] = {}
-    plain = tracks.writer.plain_slice
+    lo, hi = tracks.clip if tracks.clip is not None else (-(1 << 63), (1 << 63) - 1)
+    keys: Dict[Tuple[Any, Any, Any], int] = {}  # (text, domain id, globalTid) -> template
+    special: Dict[int, Tuple[int, str, str]] = {}  # negative numbers: (track, text, domain)
+    writer = tracks.writer
     read = 0
-    for text, start, end, dom, gtid, etype in rows:
-        read += 1
-        if start is None or (end is None and etype != EVENT_MARK):
-            continue  # still open when the capture stopped
-        tid = (gtid or 0) & _LOW24
-        track = threads.get(tid)
-        if track is None:
-            track = threads[tid] = tracks.thread(tid)
-        domain = domains.get(dom or 0, f"<domain {dom}>") or "nvtx"
-        text = text or ""
-        if etype == EVENT_MARK:
-            tracks.instant(track, text, base + start, category=domain)
-        elif text == CAPTURE_RANGE or text.startswith("step/"):
-            tracks.range(track, text, base + start, base + end, category=domain,
-                         keep_short=True)
-        elif end - start >= shortest and lo <= end + shift and start + shift <= hi:
-            plain(track, text, domain, start + shift, end + shift)
+    for batch in batches:
+        read += len(batch)
+        if writer.forget_templates():
+            keys.clear()
+        texts, starts, ends, doms, tids, kinds = zip(*batch)
+        rows = list(zip(texts, doms, tids))
+        for key in set(rows).difference(keys):
+            keys[key] = _template(key, domains, tracks, special)
+        numbers = np.fromiter(map(keys.__getitem__, rows), dtype=np.int64, count=len(rows))
+        begin = np.array(starts, dtype=np.int64) + shift
+        kind = np.array(kinds, dtype=np.int64)
+        plain = (numbers >= 0) & (kind != EVENT_MARK)
+        if None in ends:
+            plain &= np.array([e is not None for e in ends])
+        finish = np.array([e if e is not None else s for e, s in zip(ends, starts)]
+                          if None in ends else ends, dtype=np.int64) + shift
+        plain &= (finish - begin >= shortest) & (finish >= lo) & (begin <= hi)
+        fits = plain & (begin >= _NINE_BYTES) & (finish < _TEN_BYTES) & (finish >= begin)
+        if fits.any():
+            writer.plain_slices(numbers[fits], begin[fits], finish[fits])
+        todo = ~fits & ((numbers < 0) | (kind == EVENT_MARK) | plain)
+        for i in np.flatnonzero(todo).tolist():
+            _one(batch[i], int(numbers[i]), bool(plain[i]), base, tracks, special, writer)
     return read
+
+
+def _template(key: Tuple[Any, Any, Any], domains: Dict[int, str], tracks: ProcessTracks,
+              special: Dict[int, Tuple[int, str, str]]) -> int:
+    """The writer's template number of a (text, domain id, globalTid); negative for the
+    ranges the filters always keep (the window, step ranges), written one by one."""
+    raw, dom, gtid = key
+    track = tracks.thread((gtid or 0) & _LOW24)
+    domain = domains.get(dom or 0, f"<domain {dom}>") or "nvtx"
+    text = bytes(raw).decode("utf-8", "replace") if raw else ""
+    if text == CAPTURE_RANGE or text.startswith("step/"):
+        special[-1 - len(special)] = (track, text, domain)
+        return -len(special)
+    return tracks.writer.template(track, text, domain)
+
+
+def _one(row: Tuple[Any, ...], number: int, plain: bool, base: int, tracks: ProcessTracks,
+         special: Dict[int, Tuple[int, str, str]], writer: Any) -> None:
+    """One row the batch path did not write: a mark, the window or a step range (kept
+    whatever the filters), a range left open (dropped), a time outside 2002-2262."""
+    _, start, end, _, _, kind = row
+    if start is None or (end is None and kind != EVENT_MARK):
+        return  # still open when the capture stopped
+    track, name, domain = special[number] if number < 0 else writer.template_key(number)
+    if kind == EVENT_MARK:
+        tracks.instant(track, name, base + start, category=domain)
+    elif number < 0 or plain:
+        tracks.range(track, name, base + start, base + end, category=domain,
+                     keep_short=number < 0)
 
 
 def _gpu(conn: sqlite3.Connection, table: str, runtime: bool, base: int,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 """``TrackEvent.Type``."""
@@ -41,8 +41,9 @@ def _varint(value: int) -> bytes:
 
 
 _HIGH: Dict[int, bytes] = {}
-_NINE_BYTES, _TEN_BYTES = 1 << 56, 1 << 63
+NINE_BYTES, TEN_BYTES = 1 << 56, 1 << 63
 """Times in ns since the epoch from 2002 to 2262 are varints of 9 bytes."""
+_NINE_BYTES, _TEN_BYTES = NINE_BYTES, TEN_BYTES
 
 
 def _timestamp(value: int) -> bytes:
@@ -114,12 +115,16 @@ class TraceWriter:
     """Kept encodings of (track, name, category) before the cache starts over."""
 
     def __init__(self, out: BinaryIO, sequence_id: int = SEQUENCE_ID):
-        self._out = out
+        self._out: Any = out
         self.written = Written()
         self._sequence = _int(10, sequence_id)  # trusted_packet_sequence_id
         self._begins: Dict[Tuple[int, str, str], bytes] = {}
         self._ends: Dict[int, bytes] = {}
         self._plain: Dict[Tuple[int, str, str], Tuple[bytes, bytes, bytes, int]] = {}
+        self._template_ids: Dict[Tuple[int, str, str], int] = {}
+        self._templates: List[Tuple[bytes, bytes, bytes]] = []
+        self._template_names: List[Tuple[int, str, str]] = []
+        self._pool: Optional[_Pool] = None
         # sequence_flags: nothing interned is carried from an earlier packet
         self._packet(_int(13, _INCREMENTAL_STATE_CLEARED))
 
@@ -222,6 +227,65 @@ class TraceWriter:
         written.packets += 2
         written.slices += 1
 
+    def template(self, track: int, name: str, category: str) -> int:
+        """A number for the plain ranges of (track, name, category), for :meth:`plain_slices`."""
+        key = (track, name, category)
+        found = self._template_ids.get(key)
+        if found is None:
+            self._plain.pop(key, None)
+            saved, self.written = self.written, Written()
+            scratch, self._out = self._out, _Discard()
+            try:  # the parts of one range of it, as :meth:`plain_slice` keeps them
+                self.plain_slice(track, name, category, _NINE_BYTES, _NINE_BYTES)
+            finally:
+                self._out, self.written = scratch, saved
+            head, middle, tail, _ = self._plain[key]
+            found = self._template_ids[key] = len(self._templates)
+            self._templates.append((head, middle, tail))
+            self._template_names.append(key)
+            self._pool = None
+        return found
+
+    def forget_templates(self, above: int = 65_536) -> bool:
+        """Drop every template once there are more than ``above`` (a report of many distinct
+        names would grow them with its size); True when dropped: numbers given before are
+        void."""
+        if len(self._templates) <= above:
+            return False
+        self._template_ids.clear()
+        self._templates.clear()
+        self._template_names.clear()
+        self._pool = None
+        return True
+
+    def template_key(self, number: int) -> Tuple[int, str, str]:
+        """(track, name, category) of template ``number``."""
+        return self._template_names[number]
+
+    def plain_slices(self, templates: Any, starts: Any, ends: Any) -> None:
+        """Many plain ranges at once (numpy arrays: template numbers from :meth:`template`,
+        starts and ends in ns on the controller's clock from 2002 to 2262, ends >= starts):
+        the same bytes as :meth:`plain_slice` of each, in order, built by numpy."""
+        import numpy as np
+
+        if self._pool is None:
+            self._pool = _Pool(self._templates)
+        pool = self._pool
+        lengths = pool.length[templates]
+        ends_at = np.cumsum(lengths)
+        offsets = ends_at - lengths
+        total = int(ends_at[-1]) if len(ends_at) else 0
+        gather = np.repeat(pool.offset[templates] - offsets, lengths) + np.arange(total)
+        out = pool.bytes[gather]
+        nine = np.arange(9)
+        out[(offsets + pool.first[templates])[:, None] + nine] = _varints9(starts)
+        out[(offsets + pool.second[templates])[:, None] + nine] = _varints9(ends)
+        self._out.write(out.tobytes())
+        written = self.written
+        written.bytes += total
+        written.packets += 2 * len(templates)
+        written.slices += len(templates)
+
     def instant(self, track: int, name: str, at_ns: int, category: str = "",
                 args: Optional[Mapping[str, Arg]] = None) -> None:
         """A point in time on ``track`` (a step boundary, a gap without a window)."""
@@ -234,3 +298,36 @@ class TraceWriter:
         self.written.instants += 1
 
 
+
+
+class _Discard:
+    """A file that keeps nothing (a template's bytes are made by writing one range)."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+class _Pool:
+    """Every template's two packets end to end, timestamps zero, with where each starts,
+    how long it is and where its two timestamps go (:meth:`TraceWriter.plain_slices`)."""
+
+    def __init__(self, templates: Sequence[Tuple[bytes, bytes, bytes]]):
+        import numpy as np
+
+        zero = bytes(9)
+        records = [head + zero + middle + zero + tail for head, middle, tail in templates]
+        self.bytes = np.frombuffer(b"".join(records), dtype=np.uint8)
+        self.length = np.array([len(r) for r in records], dtype=np.int64)
+        self.offset = np.cumsum(self.length) - self.length
+        self.first = np.array([len(h) for h, _, _ in templates], dtype=np.int64)
+        self.second = np.array([len(h) + 9 + len(m) for h, m, _ in templates], dtype=np.int64)
+
+
+def _varints9(values: Any) -> Any:
+    """The 9-byte varints of ns times from 2002 to 2262 (2**56 <= t < 2**63), one row each."""
+    import numpy as np
+
+    v = values.astype(np.uint64)
+    columns = [((v >> np.uint64(7 * i)) & np.uint64(0x7F)) | np.uint64(0x80) for i in range(8)]
+    columns.append(v >> np.uint64(56))
+    return np.stack(columns, axis=1).astype(np.uint8)

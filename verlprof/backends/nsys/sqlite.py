@@ -46,6 +46,8 @@ EVENT_START_END = 60
 EVENT_DOMAIN_CREATE = 75
 EVENT_DOMAIN_DESTROY = 76
 RANGE_EVENT_TYPES = (EVENT_PUSH_POP, EVENT_START_END)
+RAW_BATCH = 16_384
+"""Rows per list of :func:`iter_nvtx_ranges` ``raw=True``."""
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LOW24 = 0xFFFFFF
@@ -236,9 +238,9 @@ def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                      raw: bool = False) -> Iterator[Any]:
     """NVTX ranges of a report, sorted by start (then longest first), one row at a time (the
     trace streams millions of them; ``verlprof report`` keeps only its own domain).
-    ``raw``: first the domain names by id, then each row as SQLite gives it, ``(text, start,
-    end or None, domain id, globalTid, eventType)``, for a caller that cannot afford an object
-    per range.
+    ``raw``: first the domain names by id, then lists of up to :data:`RAW_BATCH` rows as
+    SQLite gives them, ``(text as bytes, start, end or None, domain id, globalTid,
+    eventType)``, for a caller that cannot afford an object per range.
 
     ``domain`` keeps one domain (``""`` = default); the filter is in the query's ``WHERE``
     (by domain id, from the domain-create rows), so the millions of rows of other domains
@@ -273,10 +275,16 @@ def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
             where += f" AND (coalesce({dom}, 0) IN ({', '.join('?' for _ in ids)}))"
             args += ids
         tid = "e.globalTid" if "globalTid" in cols else "NULL"
-        sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
+        # raw: the text as bytes, decoded by the caller once per distinct name, not per row
+        shown = f"CAST({text_expr} AS BLOB)" if raw else text_expr
+        sql = (f"SELECT {shown}, e.start, e.end, {dom}, {tid}, e.eventType "
                f"FROM NVTX_EVENTS e {join} WHERE {where} ORDER BY e.start, e.end DESC")
         if raw:
-            yield from conn.execute(sql, args)
+            cursor = conn.execute(sql, args)
+            batch = cursor.fetchmany(RAW_BATCH)
+            while batch:
+                yield batch
+                batch = cursor.fetchmany(RAW_BATCH)
             return
         for text_v, start, end, dom_id, gtid, etype in conn.execute(sql, args):
             if start is None:
