@@ -256,3 +256,50 @@ def test_reports_read_side_by_side_give_the_same_trace(run_dir, tmp_path):
     one, two = content(1), content(2)
     assert one == two
     assert len(one[1]) == len(set(one[1]))  # no track twice
+
+
+def test_the_batch_encoder_writes_what_the_one_by_one_path_writes():
+    import io
+
+    import numpy as np
+
+    from verlprof.trace.writer import TraceWriter
+
+    slow, fast = io.BytesIO(), io.BytesIO()
+    writers = TraceWriter(slow), TraceWriter(fast)
+    for w in writers:
+        w.child_track(1, None, "t")
+        w.child_track(2, None, "u")
+    names = [(1, "n0", "c"), (2, "a longer name " * 12, "nvtx"), (1, "x", "")]
+    rows = [(names[i % 3], T0 + i * 1000, T0 + i * 1000 + 500 + i) for i in range(300)]
+    for key, start, end in rows:
+        writers[0].plain_slice(*key, start, end)
+    numbers = np.array([writers[1].template(*key) for key, _, _ in rows])
+    writers[1].plain_slices(numbers, np.array([s for _, s, _ in rows], dtype=np.int64),
+                            np.array([e for _, _, e in rows], dtype=np.int64))
+    assert slow.getvalue() == fast.getvalue()
+    assert writers[0].written == writers[1].written
+
+
+def test_marks_and_ranges_left_open_in_an_nsys_report(tmp_path):
+    """A mark is an instant; a range still open when the capture stopped is left out; the
+    window range is kept under any --min-duration-us."""
+    import sqlite3
+
+    out = str(tmp_path)
+    rel = _nsys(out, "r/w.nsys-rep", lambda p: make_sqlite(p, cuda=False))
+    conn = sqlite3.connect(os.path.join(out, "r", "w.sqlite"))
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, domainId, globalTid) "
+                 "VALUES (?, NULL, 34, 'checkpoint saved', 0, ?)", (50 * MS, (4242 << 24) | 7))
+    conn.commit()
+    conn.close()
+    os.utime(os.path.join(out, rel), ns=(1, 1))
+    write_manifest(Manifest(tool="nsys", output_dir=out, step_windows=((1,),),
+                            reports=(_entry((1,), 0, rel),), groups={GROUP: 1}), out)
+    trace = decode(write_trace(out, filters=Filters(min_duration_ns=5000 * MS)).path)
+    rank0 = trace.process_named("actor_rollout_ref rank 0")
+    marks = [i for t, items in trace.instants.items() if trace.process_of(t) == rank0
+             for i in items]
+    assert [(n, at - T0) for n, at, _ in marks] == [("checkpoint saved", 50 * MS)]
+    names = [s.name for s in trace.slices_of_process(rank0)]
+    assert names == ["VERLPROF_CAPTURE"]  # the rest is shorter than 5 s; never_ended: open
