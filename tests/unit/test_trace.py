@@ -94,6 +94,7 @@ def written(run_dir):
 
 def test_one_process_track_per_process_with_its_identity(written):
     result, trace = written
+    assert os.stat(result.path).st_mode & 0o044 == 0o044  # readable as the summary files are
     names = sorted(trace.processes.values())
     assert names == ["actor_rollout_ref rank 0 (node0 pid 100)",
                      "actor_rollout_ref rank 1 (node1 pid 101)",
@@ -199,6 +200,9 @@ def test_filters_leave_out_what_they_say(run_dir, tmp_path):
     assert not any(s.name == "gemm" for t in stepped.slices for s in stepped.slices[t])
     assert len(full.processes) == 5 and only.written.bytes < os.path.getsize(
         str(tmp_path / "a.pftrace"))
+    other = decode(write_trace(run_dir, out_path=str(tmp_path / "d.pftrace"),
+                               filters=Filters(groups=("critic",))).path)
+    assert [n.split(" (")[0] for n in other.processes.values()] == ["controller"]
 
 
 def test_the_command_prints_the_size_and_a_bad_dir_is_one_line(run_dir, tmp_path, capsys):

@@ -68,6 +68,7 @@ def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
             writer = TraceWriter(handle)
             run = _Run(output_dir, manifest, writer, filters or Filters(), timeout_s)
             gaps = run.write(handle, tmp, jobs)
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, target)
     except BaseException:
         for leftover in [tmp] + [f"{tmp}.{i}" for i in range(len(manifest.reports))]:
@@ -76,6 +77,19 @@ def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
         raise
     return TraceResult(target, writer.written, gaps, clock_summary(manifest).line(),
                        time.monotonic() - began)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for a moment
+    under the threads of ``verlprof report``)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 class _Run:
