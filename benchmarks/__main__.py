@@ -3,8 +3,8 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller`` runs a subset. ``p4`` includes P4 at report
-sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace`` runs a subset. ``p4`` includes P4 at
+report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
 (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
 """
 
@@ -31,7 +31,7 @@ SIZES = {
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
                   p4_rounds=1, scale_rounds=1),
 }
-METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller")
+METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -184,6 +184,12 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
 
         results += guarded("P4 GPU", lambda: [p4_gpu.run(
             n=200_000 if quick else p4_gpu.N_BENCH, rounds=1 if quick else 3, log=log)])
+    if "trace" in only:  # verlprof trace vs verlprof report on the 1 and 20 MB sets
+        from benchmarks import p4_scale, p4_trace
+
+        if args.quick and not os.environ.get(p4_scale.SIZES_ENV):
+            os.environ[p4_scale.SIZES_ENV] = "1"
+        results += guarded("P4 trace", lambda: p4_trace.run(1 if args.quick else 3, log=log))
     log("")
     log(table(results))
     misses = [r.metric.split(" ")[0] for r in results

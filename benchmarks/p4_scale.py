@@ -43,7 +43,7 @@ RSS_GOAL = 2.0
 # process would report its parent's peak
 _WRAPPER = ("import resource, sys\n"
             "from verlprof.cli import main\n"
-            "rc = main(['report', sys.argv[1]])\n"
+            "rc = main(sys.argv[1:])\n"
             "me = [int(l.split()[1]) for l in open('/proc/self/status') "
             "if l.startswith('VmHWM:')][0]\n"
             "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
@@ -63,18 +63,27 @@ def sizes() -> List[int]:
 
 
 def report_once(folder: str) -> Tuple[float, int, int]:
-    """(wall s, peak RSS KiB of the verlprof process, of its largest child) of one run."""
+    """(wall s, peak RSS KiB of the verlprof process, of its largest child) of one run (the
+    trace has its own benchmark, benchmarks/p4_trace.py)."""
+    wall, me, kids, _ = verlprof_once(["report", "--no-trace", folder])
+    return wall, me, kids
+
+
+def verlprof_once(argv: List[str]) -> Tuple[float, int, int, str]:
+    """(wall s, peak RSS KiB of the verlprof process, of its largest child, its stdout) of one
+    ``verlprof ARGV`` in a fresh process."""
     began = ns()
+    folder = argv[-1]
     megabytes = sum(os.path.getsize(p) for p in report_paths(folder)) / 1e6
-    proc = run_bounded("p4-report", [sys.executable, "-c", _WRAPPER, folder],
-                       deadline_s(120, 6.0, megabytes), f"verlprof report {folder}")
+    proc = run_bounded("p4-report", [sys.executable, "-c", _WRAPPER, *argv],
+                       deadline_s(120, 6.0, megabytes), f"verlprof {' '.join(argv)}")
     wall = (ns() - began) / 1e9
     line = [x for x in proc.stderr.splitlines() if x.startswith("PEAK_RSS_KIB")]
     if proc.returncode != 0 or not line:
-        raise RuntimeError(f"verlprof report failed ({proc.returncode}): "
+        raise RuntimeError(f"verlprof {argv[0]} failed ({proc.returncode}): "
                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     _, me, kids = line[-1].split()
-    return wall, int(me), int(kids)
+    return wall, int(me), int(kids), proc.stdout
 
 
 def measure(size_mb: int, rounds: int, log=print) -> Dict[str, List[float]]:

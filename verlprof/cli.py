@@ -35,6 +35,7 @@ examples:
   verlprof demo 'trainer.profile_steps=[2,3]'
   verlprof init-config my_trainer.yaml                  # the demo's config, to start from
   verlprof report outputs/ppo_demo/profiling
+  verlprof trace outputs/ppo_demo/profiling --steps 2   # one Perfetto trace of the run
 
 docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 """
@@ -112,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     from verlprof.report.cli import add_report_subcommand
 
     add_report_subcommand(sub)
+    from verlprof.trace.cli import add_trace_subcommand
+
+    add_trace_subcommand(sub)
     return parser
 
 
@@ -256,6 +260,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verlprof.report.cli import run_report_command
 
         return run_report_command(args)
+    if args.command == "trace":
+        from verlprof.trace.cli import run_trace_command
+
+        return run_trace_command(args)
     if args.command == "demo":
         from verlprof.demo.run import run_demo
 

@@ -102,6 +102,13 @@ class ProcessInfo:
     node_id: str = ""
     under_profiler: bool = False
     """True when the process ran under nsys or rocprof-sys (a wrapped launch)."""
+    clock_offset_ns: Optional[int] = None
+    """This process's wall clock minus the controller's, in ns: an event at time ``t`` on its
+    clock happened at ``t - clock_offset_ns`` on the controller's (None: never measured, as in
+    manifests before this field)."""
+    clock_error_ns: Optional[int] = None
+    """How far :attr:`clock_offset_ns` may be off: half the tightest RPC round trip it was
+    measured with (``verlprof.runtime.clock_sync``)."""
 
 
 @dataclass(frozen=True)

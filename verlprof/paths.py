@@ -51,6 +51,8 @@ MANIFEST_TMP_PREFIX = ".manifest."
 """The manifest is written to a temporary file of this prefix, then renamed."""
 PART_SUFFIX = ".part"
 """A report being copied to its contract path, renamed once whole."""
+TRACE_NAME = "trace.pftrace"
+"""``verlprof trace``'s file in :data:`SUMMARY_DIR`: the whole run as one Perfetto trace."""
 
 STEP_DIR_FORMAT = "step{first:04d}"
 STEP_RANGE_DIR_FORMAT = "step{first:04d}-{last:04d}"

@@ -109,3 +109,34 @@ def test_truncated_and_missing_reports_are_named_and_the_rest_summarised(demo_ru
     with open(os.path.join(out, "summary", "summary.md")) as handle:
         text = handle.read()
     assert truncated in text and deleted in text
+
+
+def test_the_whole_run_as_one_trace(demo_run):
+    """``verlprof trace`` on the demo: one process track per profiled process, each with its
+    phases in step order on the controller's clock, the clocks measured over Ray."""
+    from tests.trace_reader import decode
+    from verlprof.manifest import read_manifest
+    from verlprof.trace.cli import main as trace_main
+
+    out, _ = demo_run
+    manifest = read_manifest(out)
+    assert all(p.clock_error_ns is not None and p.clock_error_ns < 10**9
+               for p in manifest.processes)
+    assert trace_main([out]) == 0
+    trace = decode(os.path.join(out, "summary", "trace.pftrace"))
+    names = sorted(n.split(" (")[0] for n in trace.processes.values())
+    assert names == ["actor_rollout_ref rank 0", "controller", "critic rank 0", "critic rank 1"]
+    for process, name in trace.processes.items():
+        if name.startswith("controller"):
+            continue
+        phases = [s.name for s in trace.slices_of_process(process) if "/" in s.name
+                  and not s.name.startswith("step/")]
+        steps = [s.name for s in trace.slices_of_process(process) if s.name.startswith("step/")]
+        want = (["rollout/generate_sequences", "actor/compute_log_prob",
+                 "ref/compute_ref_log_prob", "actor/update_actor"] if "actor" in name
+                else ["critic/compute_values", "critic/update_critic"])
+        assert phases == want * 2, (name, phases)
+        assert steps in ([], ["step/1", "step/2"]), steps
+    top = trace.track_named(None, "verlprof steps")
+    assert [s.name for s in sorted(trace.slices[top], key=lambda s: s.start)] == \
+        ["step 1", "step 2"]

@@ -46,6 +46,21 @@ def test_torch_whole_and_discrete(ray_cluster, tmp_path):
             other = {"critic/compute_values", "critic/update_critic"} - {role_phase}
             assert not other & names
     assert not any(p["under_profiler"] for p in result["processes"])
+    # the same run as one trace: every process's record_function ranges, clocks measured
+    from tests.trace_reader import decode
+    from verlprof.trace.build import write_trace
+
+    written = write_trace(out)
+    print(written.line())  # docs/user_guide.md#one-trace-of-the-whole-job shows it
+    trace = decode(written.path)
+    assert sorted(n.split(" (")[0] for n in trace.processes.values()) == [
+        "actor_rollout_ref rank 0", "actor_rollout_ref rank 1", "controller", "critic rank 1"]
+    for process, name in trace.processes.items():
+        names = {s.name for s in trace.slices_of_process(process)}
+        if name.startswith("actor_rollout_ref"):
+            assert {"ProfilerStep#2", "actor/update_actor"} <= names
+        elif name.startswith("critic"):
+            assert {"critic/compute_values", "critic/update_critic"} <= names
 
 
 def test_worker_class_shipped_by_value_records_its_phases(ray_cluster, tmp_path):

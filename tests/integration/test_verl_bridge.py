@@ -96,6 +96,18 @@ def test_whole_step_reports_of_fused_processes(ray_four_cpus, tmp_path):
     controller = [r for r in manifest["reports"] if r["group"] == "controller"]
     assert [tuple(r["steps"]) for r in controller] == [(1,), (2,)]  # bounded to the steps
     assert not result["problems"]
+    # the bridged run as one trace: each fused process with every role's phases, the
+    # controller with its steps, clocks measured through verl's worker groups
+    from tests.trace_reader import decode
+    from verlprof.trace.build import write_trace
+
+    assert all(p["clock_error_ns"] is not None for p in manifest["processes"])
+    trace = decode(write_trace(str(tmp_path)).path)
+    assert len(trace.processes) == 1 + len(manifest["processes"])
+    for process, name in trace.processes.items():
+        names = {s.name for s in trace.slices_of_process(process)}
+        want = {"step/1", "step/2"} if name.startswith("controller") else ROLES_PHASES
+        assert want <= names, (name, names)
 
 
 def test_discrete_reports_one_per_planned_phase_call(ray_four_cpus, tmp_path):

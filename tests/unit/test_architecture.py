@@ -24,6 +24,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (  # (module prefix, stage), most specific
     ("verlprof.backends", "backends"),
     ("verlprof.worker", "worker"),
     ("verlprof.runtime", "runtime"),
+    ("verlprof.trace", "trace"),
     ("verlprof.report", "report"),
     ("verlprof.bridges", "bridges"),
     ("verlprof.demo", "demo"),
@@ -39,21 +40,23 @@ BELOW: Dict[str, Set[str]] = {
     "plan": {"contracts", "config", "plan.model", "backends"},
     "worker": {"contracts", "plan.model", "backends"},
     "runtime": {"contracts", "config", "plan.model", "plan", "backends", "worker"},
-    "report": {"contracts", "backends"},
+    "trace": {"contracts", "backends"},
+    "report": {"contracts", "backends", "trace"},
     "bridges": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
-                "report"},
+                "trace", "report"},
     "demo": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
-             "report"},
+             "trace", "report"},
     "cli": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
-            "report", "demo", "bridges"},
+            "trace", "report", "demo", "bridges"},
     "api": {"contracts", "config", "plan.model", "plan", "backends", "worker", "runtime",
-            "report"},
+            "trace", "report"},
 }
 """What each stage may import besides itself: dependencies point one way."""
 
 LAZY_ALLOWED = {
     "verlprof", "verlprof.config", "verlprof.plan",  # PEP 562 __getattr__: import cost
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
+    "verlprof.trace.cli",
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
     "verlprof.backends",  # PEP 562: a backend's module when it is asked for

@@ -74,6 +74,9 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--no-picture", dest="picture", action="store_false",
                         help="skip the pictures (timeline.png, timeline.html, "
                              "timeline_steps.png)")
+    parser.add_argument("--no-trace", dest="trace", action="store_false",
+                        help="skip summary/trace.pftrace, the Perfetto trace of the whole run "
+                             "(verlprof trace writes it with filters)")
     parser.add_argument("--memory-budget", metavar="SIZE", default=None,
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
@@ -128,6 +131,8 @@ def run_report_command(args: argparse.Namespace) -> int:
             import json
 
             print(json.dumps(json_out.summary_json(summary), indent=2, ensure_ascii=False))
+        else:
+            _trace(args, manifest)
         not_ok = [r for r in json_out.report_statuses(summary) if r["status"] != "ok"]
         if getattr(args, "strict", False) and not_ok:
             print(f"verlprof: report: --strict: {len(not_ok)} report(s) not ok (first: "
@@ -145,6 +150,19 @@ def run_report_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return EXIT_OK
+
+
+def _trace(args: argparse.Namespace, manifest) -> None:
+    """The run's trace (its line states the clocks' largest error bound), or that bound
+    alone with ``--no-trace``; a trace that cannot be written never fails the report."""
+    from verlprof.trace.cli import trace_or_error
+    from verlprof.trace.clock import clock_summary
+    from verlprof.trace.tracks import Filters
+
+    if getattr(args, "trace", True):
+        trace_or_error(args.output_dir, Filters(), manifest=manifest)
+    elif manifest is not None:
+        print(clock_summary(manifest).line())
 
 
 def main(argv=None) -> int:

@@ -232,11 +232,13 @@ def _size(path: str) -> int:
 
 def run_manifest(plan: ProfilePlan, entries: List[ReportEntry],
                  identities: Dict[Target, ProcessIdentity], controller: ProcessInfo,
-                 warnings: List[str], run_id: str) -> Manifest:
+                 warnings: List[str], run_id: str,
+                 clock: Callable[[Target], Dict[str, int]] = lambda target: {}) -> Manifest:
     """The manifest of a run: its plan's steps and groups, every report entry, the processes
-    the controller reached and what it warned about (each line once)."""
+    the controller reached (with their clock offset and its error bound, from ``clock``) and
+    what it warned about (each line once)."""
     processes = tuple(ProcessInfo(group=g, rank=r, host=i.host, pid=i.pid, node_id=i.node_id,
-                                  under_profiler=i.under_profiler)
+                                  under_profiler=i.under_profiler, **clock((g, r)))
                       for (g, r), i in identities.items())
     return Manifest(
         tool=plan.tool, output_dir=plan.output_dir, step_windows=plan.step_windows,

@@ -52,6 +52,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime import finish_hook, ownership
+from verlprof.runtime.clock_sync import ClockSync
 from verlprof.runtime.collect import (
     collect_at_exit,
     move_all,
@@ -120,6 +121,7 @@ class ProfileController:
         self._warnings: List[str] = list(plan.warnings) + list(self.run.notes)
         self._finalized: Optional[Manifest] = None
         self._signals = SignalGuard(hold_s=self.finalize_timeout_s)
+        self._clocks = ClockSync()  # each process's clock offset, for one aligned trace
         line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
         logger.info(line)
         if echo:
@@ -164,6 +166,7 @@ class ProfileController:
             self._identity[target] = reply.identity
             self._next[target] = reply.next
         self._on_errors(errors)
+        self._clocks.measure(self._rpc, targets)
 
     def replan(self, plan: ProfilePlan) -> ProfilePlan:
         """Follow ``plan``, planned again on the groups verl built: before the first step only,
@@ -275,6 +278,7 @@ class ProfileController:
                 for target, _ in errors:
                     self._next[target] = None
                 self._on_errors(errors, raise_errors)
+                self._clocks.measure(self._rpc, targets)  # around every window
         finally:  # the workers' windows first: none of them takes in this process's close
             self._controller.close()
 
@@ -401,9 +405,10 @@ class ProfileController:
 
     def _manifest(self, entries: List[ReportEntry]) -> Manifest:
         controller = ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
-                                 node_id=node_id(), under_profiler=self._controller.attached)
+                                 node_id=node_id(), under_profiler=self._controller.attached,
+                                 clock_offset_ns=0, clock_error_ns=0)
         return run_manifest(self.plan, entries, self._identity, controller, self._warnings,
-                            self.run.run_id)
+                            self.run.run_id, clock=self._clocks.fields)
 
     def _on_errors(self, errors: List[RankError],
                    raise_errors: Optional[bool] = None) -> None:

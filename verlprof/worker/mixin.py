@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence
 
 from verlprof.plan.model import ProcessPlan
 from verlprof.records import SessionStatus, StartReply, StopReply, WorkerReport
+from verlprof.worker.clock import clock_ns
 from verlprof.worker.identity import process_identity
 from verlprof.worker.session import ProfileSession
 
@@ -51,6 +52,11 @@ class ProfilingWorkerMixin:
         if session is None:
             return SessionStatus(identity=process_identity())
         return session.status(process_identity())
+
+    def verlprof_clock(self) -> int:
+        """This process's wall clock (ns since the epoch): the controller takes the midpoint of
+        the round trip as its own time of the reading (``verlprof.runtime.clock_sync``)."""
+        return clock_ns()
 
     def verlprof_finalize(self, timeout_s: float = 300.0) -> List[WorkerReport]:
         """Stop, wait for this process's reports, and describe each planned one."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple
 
 from verlprof.backends import get_backend
@@ -30,6 +29,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.worker.annotate import set_active
+from verlprof.worker.clock import clock_ns
 from verlprof.worker.timed import bounded
 
 SessionState = Literal["idle", "armed", "open", "finalized"]
@@ -273,7 +273,7 @@ class ProfileSession:
     # -- window bookkeeping --------------------------------------------------------------
     def _open(self, window: Window) -> None:
         self._pending.remove(window)
-        self.current = OpenedWindow(window, time.time_ns())
+        self.current = OpenedWindow(window, clock_ns())
         self.opened.append(self.current)
         self.state = OPEN
         self.capture.open(window)
@@ -286,7 +286,7 @@ class ProfileSession:
         try:
             self.capture.close(current.window)
         finally:
-            current.end_ns = time.time_ns()
+            current.end_ns = clock_ns()
 
     def _set_active(self, active: bool) -> None:
         set_active(self.owner, active)

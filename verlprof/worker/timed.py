@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from verlprof.backends.base import Capture, OpenedWindow
 from verlprof.plan.model import Window, WindowTime
 from verlprof.records import WorkerReport
+from verlprof.worker.clock import clock_ns
 
 
 class TimedCapture(Capture):
@@ -100,7 +101,7 @@ class TimedCapture(Capture):
         assert window is not None
         self.inner.open(window)
         self._opened_at = time.monotonic()
-        self.effective[window] = (time.time_ns(), None)
+        self.effective[window] = (clock_ns(), None)
         if self.bounds.duration_s is not None and self.any_thread:
             self._after(self.bounds.duration_s, self._close_if, window)
 
@@ -112,7 +113,7 @@ class TimedCapture(Capture):
         try:
             self.inner.close(window)
         finally:
-            self.effective[window] = (self.effective[window][0], time.time_ns())
+            self.effective[window] = (self.effective[window][0], clock_ns())
 
     def _open_if(self, window: Window) -> None:
         with self._lock:

@@ -39,8 +39,8 @@ from verlprof.backends.nsys.sqlite import (
 )
 from verlprof.backends.reading import RawRange, ReportData, ReportReadError, StepMark
 
-__all__ = ["KERNEL_TABLE", "MEMCPY_TABLE", "RUNTIME_TABLE", "read_nsys_report",
-           "read_nsys_sqlite"]
+__all__ = ["KERNEL_TABLE", "MEMCPY_TABLE", "RUNTIME_TABLE", "exported_sqlite",
+           "read_nsys_report", "read_nsys_sqlite"]
 _STEP = re.compile(r"^step/(\d+)$")
 
 
@@ -49,13 +49,20 @@ def read_nsys_report(path: str, index: int = 0, timeout: float = 300.0,
     """Export (cached) and read one report; failures become ``ReportData(error=...)``."""
     began = time.monotonic()
     try:
-        sqlite_path = str(export_sqlite(path, timeout_s=timeout, out_path=_cache_path(path)))
+        sqlite_path = exported_sqlite(path, timeout)
         data = read_nsys_sqlite(sqlite_path, index, cache_kib)
     except ReportReadError as err:
         return ReportData(index=index, error=str(err).strip().splitlines()[0] if str(err)
                           else type(err).__name__, seconds=time.monotonic() - began)
     return ReportData(index=index, ranges=data.ranges, marks=data.marks, window=data.window,
                       seconds=time.monotonic() - began)
+
+
+def exported_sqlite(path: str, timeout: float = 300.0) -> str:
+    """The sqlite export of report ``path``, made once: next to it, or in the temp cache when
+    its folder is read-only (``verlprof trace`` reads the exports ``verlprof report`` made).
+    Raises :class:`ReportReadError` when it cannot be exported."""
+    return str(export_sqlite(path, timeout_s=timeout, out_path=_cache_path(path)))
 
 
 def read_nsys_sqlite(sqlite_path: str, index: int = 0,

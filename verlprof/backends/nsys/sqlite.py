@@ -36,7 +36,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from verlprof.backends.reading import ReportReadError
 
@@ -46,6 +46,8 @@ EVENT_START_END = 60
 EVENT_DOMAIN_CREATE = 75
 EVENT_DOMAIN_DESTROY = 76
 RANGE_EVENT_TYPES = (EVENT_PUSH_POP, EVENT_START_END)
+RAW_BATCH = 16_384
+"""Rows per list of :func:`iter_nvtx_ranges` ``raw=True``."""
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LOW24 = 0xFFFFFF
@@ -225,7 +227,20 @@ def _domain_names(conn: sqlite3.Connection, text_sql: str, join: str) -> Dict[in
 def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                      include_marks: bool = False,
                      event_types: Sequence[int] = RANGE_EVENT_TYPES) -> List[NvtxRange]:
-    """NVTX ranges of a report, sorted by start (then longest first).
+    """NVTX ranges of a report, sorted by start (then longest first): the list of
+    :func:`iter_nvtx_ranges`."""
+    return list(iter_nvtx_ranges(sqlite_path, domain, include_marks, event_types))
+
+
+def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
+                     include_marks: bool = False,
+                     event_types: Sequence[int] = RANGE_EVENT_TYPES,
+                     raw: bool = False) -> Iterator[Any]:
+    """NVTX ranges of a report, sorted by start (then longest first), one row at a time (the
+    trace streams millions of them; ``verlprof report`` keeps only its own domain).
+    ``raw``: first the domain names by id, then lists of up to :data:`RAW_BATCH` rows as
+    SQLite gives them, ``(text as bytes, start, end or None, domain id, globalTid,
+    eventType)``, for a caller that cannot afford an object per range.
 
     ``domain`` keeps one domain (``""`` = default); the filter is in the query's ``WHERE``
     (by domain id, from the domain-create rows), so the millions of rows of other domains
@@ -240,7 +255,7 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         conn.text_factory = _lenient_text
         tables = _tables(conn)
         if "NVTX_EVENTS" not in tables:
-            return []
+            return
         cols = _columns(conn, "NVTX_EVENTS")
         text = "e.text" if "text" in cols else "NULL"
         if "StringIds" in tables and "textId" in cols:
@@ -249,31 +264,39 @@ def read_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
         else:
             text_expr, join = text, ""
         domains = _domain_names(conn, text_expr, join) if "domainId" in cols else {0: ""}
+        if raw:
+            yield domains  # then the rows as they are: (text, start, end, domain id, tid, type)
         dom = "e.domainId" if "domainId" in cols else "0"
         where, args = f"e.eventType IN ({', '.join('?' for _ in types)})", list(types)
         if domain is not None:
             ids = sorted(i for i, name in domains.items() if name == domain)
             if not ids:
-                return []
+                return
             where += f" AND (coalesce({dom}, 0) IN ({', '.join('?' for _ in ids)}))"
             args += ids
         tid = "e.globalTid" if "globalTid" in cols else "NULL"
-        sql = (f"SELECT {text_expr}, e.start, e.end, {dom}, {tid}, e.eventType "
+        # raw: the text as bytes, decoded by the caller once per distinct name, not per row
+        shown = f"CAST({text_expr} AS BLOB)" if raw else text_expr
+        sql = (f"SELECT {shown}, e.start, e.end, {dom}, {tid}, e.eventType "
                f"FROM NVTX_EVENTS e {join} WHERE {where} ORDER BY e.start, e.end DESC")
-        rows = conn.execute(sql, args).fetchall()
-    out: List[NvtxRange] = []
-    for text_v, start, end, dom_id, gtid, etype in rows:
-        if start is None:
-            continue
-        if end is None:
-            if etype != EVENT_MARK:
+        if raw:
+            cursor = conn.execute(sql, args)
+            batch = cursor.fetchmany(RAW_BATCH)
+            while batch:
+                yield batch
+                batch = cursor.fetchmany(RAW_BATCH)
+            return
+        for text_v, start, end, dom_id, gtid, etype in conn.execute(sql, args):
+            if start is None:
                 continue
-            end = start
-        name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
-        g = int(gtid or 0)
-        out.append(NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
-                             (g >> 24) & _LOW24, None if gtid is None else int(gtid)))
-    return out
+            if end is None:
+                if etype != EVENT_MARK:
+                    continue
+                end = start
+            name = domains.get(int(dom_id or 0), f"<domain {dom_id}>")
+            g = int(gtid or 0)
+            yield NvtxRange(text_v or "", int(start), int(end), name, g & _LOW24, int(etype),
+                            (g >> 24) & _LOW24, None if gtid is None else int(gtid))
 
 
 def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:

@@ -62,6 +62,17 @@ def _load(path: str) -> Dict[str, Any]:
     return data
 
 
+load_trace = _load
+"""``load_trace(path)``: the trace's JSON object (``traceEvents`` a list), a kineto name with
+a bad quote repaired; raises on anything else (``verlprof trace`` reads every event)."""
+
+
+def base_ns(data: Dict[str, Any], events: List[Dict[str, Any]],
+            fallback_start_ns: Optional[int]) -> int:
+    """Wall clock (ns since the epoch) of the trace's time 0 (see the module's doc)."""
+    return _base_ns(data, events, fallback_start_ns)
+
+
 def _requote(match: re.Match[str]) -> str:
     """The name line quoted again, unless it is valid JSON already (escapes kept as they are)."""
     try:
