@@ -29,6 +29,7 @@ examples:
   verlprof demo 'trainer.profile_steps=[2,3]'
   verlprof init-config my_trainer.yaml                  # the demo's config, to start from
   verlprof report outputs/ppo_demo/profiling
+  verlprof capture outputs/ppo_demo/profiling --steps next:2 --ranks 0   # a running job
 
 docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 """
@@ -92,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     from verlprof.report.cli import add_report_subcommand
 
     add_report_subcommand(sub)
+    from verlprof.runtime.capture_cli import add_capture_subcommands
+
+    add_capture_subcommands(sub)  # capture, status: a running job (on demand)
     return parser
 
 
@@ -171,6 +175,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verlprof.report.cli import run_report_command
 
         return run_report_command(args)
+    if args.command in ("capture", "status"):
+        from verlprof.runtime.capture_cli import run_capture_command
+
+        return run_capture_command(args)
     if args.command == "demo":
         from verlprof.demo.run import run_demo
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -331,16 +332,21 @@ class OnDemand:
             controller._identity[target] = status.identity
             if target not in controller._targets and target not in self.added:
                 self.added.append(target)
+        where = {(p.group, p.rank, w.report.path): controller._identity.get((p.group, p.rank))
+                 for p in result.processes for w in p.windows}
+        decision = dataclasses.replace(result.decision, reports=tuple(
+            paths.resolve_relpath(path, who.host, who.pid) if who and who.pid else path
+            for (_, _, path), who in where.items() if path in result.decision.reports))
         controller.plan = extended(controller.plan, result.processes)
         for s in result.steps:
             self._scheduled.setdefault(s, []).extend(result.decision.targets)
-        self._hour.append((now, len(result.decision.reports)))
+        self._hour.append((now, len(decision.reports)))
         self._accepted += 1
         controller.note(f"on demand: {request.requested_by or 'unknown'} asked for steps "
                         f"{_steps(result.steps)} on "
                         f"{', '.join(f'{g} rank {r}' for g, r in result.decision.targets)} "
                         f"({result.decision.tool}); accepted at step {step}")
-        return result.decision
+        return decision
 
     def _call(self, method: str, windows: Dict[Target, Tuple[int, ...]]) -> None:
         """``method`` on each target with its window's steps (never a bare start or stop:
