@@ -137,7 +137,8 @@ class WorkerReport:
 @dataclass(frozen=True)
 class CaptureRequest:
     """``verlprof capture``: windows asked of a running job (checked by
-    :func:`verlprof.plan.on_demand.screen`, planned by :func:`~verlprof.plan.on_demand.plan_request`)."""
+    :func:`verlprof.plan.on_demand.screen`, planned by
+    :func:`~verlprof.plan.on_demand.plan_request`)."""
 
     id: str
     """Chosen by the asker (hex), to find the decision again."""

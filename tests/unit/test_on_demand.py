@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from tests.unit.test_controller import GROUP, TOPO, Rank, Sent, phases, plan_of
 from verlprof.config.schema import (
     ComponentConfig,
     ComponentsConfig,
@@ -21,7 +22,6 @@ from verlprof.plan.on_demand import extended, plan_request, requested_steps, scr
 from verlprof.records import CaptureRequest
 from verlprof.runtime.controller import ProfileController
 from verlprof.runtime.on_demand import Desk, LocalChannel
-from tests.unit.test_controller import GROUP, TOPO, Rank, Sent, phases, plan_of
 
 TOKEN = "t" * 64
 

@@ -124,7 +124,7 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
         return "this job's plan carries no inputs to plan a window from (built_from)"
     mode: Mode = "discrete" if request.discrete else "whole"
     config = dataclasses.replace(inputs.config, tool=request.tool)
-    stamp = {"requested_by": request.requested_by or "unknown", "requested_at": now}
+    by = request.requested_by or "unknown"
     processes: List[ProcessPlan] = []
     for rank in request.ranks:
         before = plan.process(group.name, rank)
@@ -132,7 +132,8 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
         if problem:
             return problem
         roles = before.selected_roles if before else group.roles
-        windows = tuple(dataclasses.replace(w, report=dataclasses.replace(w.report, **stamp))
+        windows = tuple(dataclasses.replace(w, report=dataclasses.replace(
+        w.report, requested_by=by, requested_at=now))
                         for w in _process_windows(config, group, rank, roles, mode,
                                                   tuple((s,) for s in steps)))
         if not windows:

@@ -141,7 +141,8 @@ def _capture(args: argparse.Namespace) -> int:
             if entry["status"] != "ok" else ""
         print(f"  {visible(os.path.join(run_dir, entry['path']))}{reason}")
     ok = sum(e["status"] == "ok" for e in entries)
-    print(f"verlprof: {ok} of {len(entries)} report(s) ok in {os.path.join(run_dir, 'manifest.json')}")
+    manifest = os.path.join(run_dir, paths.MANIFEST_NAME)
+    print(f"verlprof: {ok} of {len(entries)} report(s) ok in {visible(manifest)}")
     return 0 if entries and ok == len(entries) else 1
 
 

@@ -355,7 +355,7 @@ class ProfileController:
     def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
         """Call after the workers exited, before ``ray.shutdown()``: waits until each wrapped
         process's profiler has ended (runtime/teardown.py), gathers what a tool wrote at exit
-        (rocprof-sys) into the manifest (:meth:`finalize` then returns it); problems, a line each."""
+        (rocprof-sys) into the manifest (:meth:`finalize` then returns it); problems, one each."""
         by_node: Dict[str, List[int]] = {}
         for identity in self._identity.values():
             if identity.profiler_pid:

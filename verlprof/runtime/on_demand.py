@@ -276,7 +276,8 @@ class OnDemand:
         if requests:
             self.channel.decide([self._decide(r, step) for r in requests])
         self._call("verlprof_stop", {t: s for t, s in self._open.items() if step not in s})
-        starting = dict.fromkeys(self._scheduled.pop(step, []), (step,))
+        starting: Dict[Target, Tuple[int, ...]] = dict.fromkeys(self._scheduled.pop(step, []),
+                                                                (step,))
         self._call("verlprof_start", starting)
         self._open.update(starting)
         try:
