@@ -135,6 +135,7 @@ def _capture(args: argparse.Namespace) -> int:
         print(f"  {visible(os.path.join(run_dir, report))}")
     if not args.wait:
         return 0
+    print("verlprof: waiting for the job to end and gather them ...", flush=True)
     entries = _wait_for_manifest(run_dir, decision, request.requested_by, args.timeout)
     for entry in entries:
         reason = f"  [{entry['status']}: {visible(str(entry.get('reason')))}]" \
