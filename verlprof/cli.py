@@ -36,6 +36,7 @@ examples:
   verlprof init-config my_trainer.yaml                  # the demo's config, to start from
   verlprof report outputs/ppo_demo/profiling
   verlprof trace outputs/ppo_demo/profiling --steps 2   # one Perfetto trace of the run
+  verlprof capture outputs/ppo_demo/profiling --steps next:2 --ranks 0   # a running job
 
 docs: docs/user_guide.md (guide), docs/config_reference.md (every key)
 """
@@ -116,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     from verlprof.trace.cli import add_trace_subcommand
 
     add_trace_subcommand(sub)
+    from verlprof.runtime.capture_cli import add_capture_subcommands
+
+    add_capture_subcommands(sub)  # capture, status: a running job (on demand)
     return parser
 
 
@@ -264,6 +268,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verlprof.trace.cli import run_trace_command
 
         return run_trace_command(args)
+    if args.command in ("capture", "status"):
+        from verlprof.runtime.capture_cli import run_capture_command
+
+        return run_capture_command(args)
     if args.command == "demo":
         from verlprof.demo.run import run_demo
 

@@ -74,19 +74,25 @@ class ReportEntry:
     ``direct`` (written in place)."""
     roles: Tuple[str, ...] = ()
     """Roles whose phases the report holds (manifests before this field: empty)."""
+    requested_by: Optional[str] = None
+    """``user@host`` who asked for it while the job ran (None: planned)."""
+    requested_at: Optional[float] = None
+    """When that request was accepted (seconds since the epoch)."""
 
     @property
     def identity(self) -> ReportIdentity:
         """The report's identity, as the plan and the worker knew it."""
         return ReportIdentity(steps=self.steps, group=self.group, rank=self.rank,
                               component=self.component, backend=self.backend, path=self.path,
-                              role=self.role, phase=self.phase, roles=self.roles)
+                              role=self.role, phase=self.phase, roles=self.roles,
+                              requested_by=self.requested_by, requested_at=self.requested_at)
 
     @classmethod
     def of(cls, report: ReportIdentity, **outcome: Any) -> ReportEntry:
         """The entry of ``report`` with what became of it (status, host, bytes, ...)."""
         fields = {f: getattr(report, f) for f in ("steps", "group", "rank", "component",
-                                                   "backend", "path", "role", "phase", "roles")}
+                                                   "backend", "path", "role", "phase", "roles",
+                                                   "requested_by", "requested_at")}
         fields.update(outcome)
         return cls(**fields)
 

@@ -17,6 +17,8 @@ and, hidden, what a run keeps while it runs (each named here, listed in docs/use
       .verlprof-reserve         room held for the manifest until the run ends (verlprof.storage)
       .verlprof-probe-<pid>     a write test, removed at once
       .manifest.*               the manifest being written, renamed at once
+      .verlprof-token           the running job's capture token, owner-only (on demand)
+      .verlprof-on-demand.json  where that job takes capture requests (Ray address, actor)
       <report>.part             a report being copied to its contract path
 
 ``<component>`` is the worker group for whole-step reports (``actor_rollout_ref``) and
@@ -49,6 +51,11 @@ PROBE_FORMAT = ".verlprof-probe-{pid}"
 """A file written and removed at once to test that the directory takes writes."""
 MANIFEST_TMP_PREFIX = ".manifest."
 """The manifest is written to a temporary file of this prefix, then renamed."""
+TOKEN_NAME = ".verlprof-token"
+"""The running job's capture token (mode 0600): a request must carry it
+(:mod:`verlprof.runtime.on_demand`); removed when the job ends."""
+ON_DEMAND_NAME = ".verlprof-on-demand.json"
+"""Where the running job takes capture requests: its Ray address, namespace and actor name."""
 PART_SUFFIX = ".part"
 """A report being copied to its contract path, renamed once whole."""
 TRACE_NAME = "trace.pftrace"

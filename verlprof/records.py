@@ -71,6 +71,11 @@ class ReportIdentity:
     roles: Tuple[str, ...] = ()
     """Roles whose phases the report holds: every role colocated in the process for a
     whole-step report (the window is the process's), the one role for a discrete report."""
+    requested_by: Optional[str] = None
+    """``user@host`` who asked for the window while the job ran (``verlprof capture``);
+    None for a planned window."""
+    requested_at: Optional[float] = None
+    """When that request was accepted (seconds since the epoch)."""
 
 
 @dataclass(frozen=True)
@@ -127,3 +132,64 @@ class WorkerReport:
     notes: Tuple[str, ...] = ()
     """What the process has to say about the run, one line each (on its first report only):
     an annotated phase that ran in a profiled step without a window of its own."""
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """``verlprof capture``: windows asked of a running job (checked by
+    :func:`verlprof.plan.on_demand.screen`, planned by
+    :func:`~verlprof.plan.on_demand.plan_request`)."""
+
+    id: str
+    """Chosen by the asker (hex), to find the decision again."""
+    token: str
+    """The job's token (``<output_dir>/.verlprof-token``, owner-only)."""
+    steps: str
+    """``next:N`` (the N steps from the next boundary), ``S`` or ``S-T``."""
+    group: str = ""
+    """Worker group ("": the plan's first group)."""
+    ranks: Tuple[int, ...] = (0,)
+    """Ranks in that group."""
+    tool: Tool = "torch"
+    """Backend of the windows."""
+    discrete: bool = False
+    """One window per annotated phase call instead of one per step."""
+    requested_by: str = ""
+    """``user@host`` of the asker."""
+
+
+@dataclass(frozen=True)
+class CaptureDecision:
+    """The job's answer to a :class:`CaptureRequest`, made at a step boundary."""
+
+    id: str
+    accepted: bool
+    reason: str = ""
+    """Why it was refused: one line."""
+    steps: Tuple[int, ...] = ()
+    targets: Tuple[Target, ...] = ()
+    tool: Optional[Tool] = None
+    reports: Tuple[str, ...] = ()
+    """Contract paths of the reports it will produce (``{host}``/``{pid}`` still open)."""
+    at_step: int = 0
+    """The step boundary where it was decided."""
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What ``verlprof status`` shows of a running job."""
+
+    step: int = 0
+    """The last step entered (0: none yet)."""
+    open_windows: Tuple[str, ...] = ()
+    """On-demand windows open now, ``<group> rank <R> steps <S>``."""
+    scheduled: int = 0
+    """Accepted windows not opened yet."""
+    pending: int = 0
+    """Requests queued, not decided yet."""
+    accepted: int = 0
+    """Requests accepted so far."""
+    reports: int = 0
+    """On-demand reports whose window has closed (gathered into the manifest at the end)."""
+    ended: bool = False
+    """The job has finalised: no request is taken any more."""

@@ -38,7 +38,7 @@ def test_every_schema_field_is_documented_and_no_entry_is_stale():
               for cls in (schema.ProfilingConfig, schema.ComponentsConfig,
                           schema.ComponentConfig, schema.NsysConfig,
                           schema.TorchProfilerConfig, schema.RocprofSysConfig,
-                          schema.FinishHookConfig)
+                          schema.FinishHookConfig, schema.OnDemandConfig)
               for f in dataclasses.fields(cls)}
     where = reference.keys()
     assert fields == set(where)
@@ -79,6 +79,7 @@ def test_documented_keys_are_keys_the_loader_reads():
         "trainer.profiler.torch": set(profiler_block.TORCH_KEYS),
         "trainer.profiler.rocprof_sys": set(profiler_block.ROCPROF_KEYS),
         "trainer.profiler.finish_hook": set(profiler_block.FINISH_HOOK_KEYS),
+        "trainer.profiler.on_demand": set(profiler_block.ON_DEMAND_KEYS),
         "<role>": set(layouts.SEED_ROLE_KEYS),
     }
     for name, keys in reference.keys().items():

@@ -58,6 +58,11 @@ DEMO_REASON = ("a demo run takes 40-90 s on 2 cores (docs tests stay under 60 s)
                "validates and plans them; tests/integration runs the demo itself.")
 """Why `verlprof demo` lines run as `verlprof check`."""
 
+RUNNING_JOB_REASON = ("`verlprof capture` and `verlprof status` talk to a running job; "
+                      "checked: the command line parses with verlprof's own parser; "
+                      "tests/integration/test_on_demand.py asks a running demo for real.")
+"""Why `verlprof capture` / `status` lines are parsed, not run."""
+
 RAY_PYTHON = ("needs a Ray cluster and profiled worker processes (a minute or more here): "
               "compiled, and every import resolved; tests/integration/test_runtime_*.py run the "
               "same API (worker_options, ProfileController, finalize) for real.")
@@ -215,6 +220,11 @@ def _run_verlprof(args: List[str], command: Command, ws: str, where: str) -> Opt
     """What the command printed (stderr, then stdout unless redirected); None for a demo,
     which runs as `verlprof check` here."""
     as_written = not (args and args[0] == "demo")
+    if args and args[0] in ("capture", "status"):  # RUNNING_JOB_REASON
+        from verlprof.cli import _parser
+
+        _parser().parse_args(args)
+        return None
     if args and args[0] == "demo":
         # DEMO_REASON: same config and overrides, validated and planned
         rest = args[1:]

@@ -35,6 +35,8 @@ def _sample(name: str, hint: Any, default: Any) -> Any:
         return not default
     if hint is float:
         return default + 7.0
+    if hint is int:
+        return default + 3
     if hint == Optional[float]:
         return 7.0
     if hint is str:
@@ -68,7 +70,8 @@ def test_every_documented_key_sets_its_schema_field(name, seed):
         schema.ProfilingConfig: profiling, schema.NsysConfig: profiling.nsys,
         schema.TorchProfilerConfig: profiling.torch,
         schema.RocprofSysConfig: profiling.rocprof_sys,
-        schema.FinishHookConfig: profiling.finish_hook}[cls]
+        schema.FinishHookConfig: profiling.finish_hook,
+        schema.OnDemandConfig: profiling.on_demand}[cls]
     got = getattr(block, field_name)
     expected = tuple(value) if isinstance(value, list) else value
     if field_name == "phases":
@@ -86,7 +89,8 @@ def test_the_profiler_block_lists_its_keys_in_the_order_messages_always_used():
     assert profiler_block.KEYS == ("tool", "enabled", "output_dir", "filename_template", "nsys",
                                    "torch", "rocprof_sys", "phases", "rpc_timeout_s",
                                    "finalize_timeout_s", "on_rank_failure", "finish_hook",
-                                   "existing_run", "window_delay_s", "window_duration_s")
+                                   "on_demand", "existing_run", "window_delay_s",
+                                   "window_duration_s")
     assert profiler_block.NSYS_KEYS == ("trigger", "executable", "worker_flags",
                                         "controller_flags")
     assert profiler_block.TORCH_KEYS == ("record_shapes", "profile_memory", "with_stack", "cuda")

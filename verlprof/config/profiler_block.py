@@ -62,6 +62,7 @@ NSYS_KEYS: Tuple[str, ...] = block_keys("nsys")
 TORCH_KEYS: Tuple[str, ...] = block_keys("torch")
 ROCPROF_KEYS: Tuple[str, ...] = block_keys("rocprof_sys")
 FINISH_HOOK_KEYS: Tuple[str, ...] = block_keys("finish_hook")
+ON_DEMAND_KEYS: Tuple[str, ...] = block_keys("on_demand")
 
 
 def field_keys() -> Dict[str, str]:
@@ -128,6 +129,7 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
     draft.torch = _read_torch(block.get("torch"))
     _read_rocprof(block.get("rocprof_sys"), draft)
     _read_finish_hook(block.get("finish_hook"), draft)
+    _read_on_demand(block.get("on_demand"), draft)
     return tool, output_dir
 
 
@@ -185,6 +187,22 @@ def _read_finish_hook(value: Any, draft: Draft) -> None:
         timeout_s=v.positive_number(block.get("timeout_s"), f"{key}.timeout_s",
                                     hook.timeout_s),
         key=f"{key}.cmd" if cmd is not None else ""))
+
+
+def _read_on_demand(value: Any, draft: Draft) -> None:
+    key = f"{PREFIX}.on_demand"
+    block = v.mapping(value, key)
+    v.known_keys(block, ON_DEMAND_KEYS, key)
+    given = draft.config.on_demand
+    caps = {}
+    for name in ON_DEMAND_KEYS[1:]:  # the caps, after "enabled"
+        cap = block.get(name, getattr(given, name))
+        if not v.is_int(cap) or cap < 1:
+            raise ConfigError(f"{key}.{name}", f"must be a whole number, 1 or more, got "
+                                               f"{v.show(cap)}")
+        caps[name] = int(cap)
+    draft.set(on_demand=dataclasses.replace(
+        given, enabled=v.boolean(block.get("enabled"), f"{key}.enabled", given.enabled), **caps))
 
 
 def check_options(draft: Draft) -> None:

@@ -135,6 +135,9 @@ SECTIONS: Tuple[Tuple[str, str, str], ...] = (
     ("FinishHookConfig", "Finish hook",
      "Runs once the reports are gathered; verl 0.9.1's `global_profiler.finish_hook_*` keys set "
      "the same fields."),
+    ("OnDemandConfig", "Capture on demand (`trainer.profiler.on_demand`)",
+     "`verlprof capture <output_dir>` asks a running job for windows; these keys switch it on "
+     "and cap what a request may ask (docs/user_guide.md, \"Profile a running job\")."),
 )
 """Dataclasses rendered as sections, in order, with a title and an introduction."""
 

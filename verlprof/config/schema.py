@@ -189,6 +189,30 @@ class FinishHookConfig:
 
 
 @dataclass(frozen=True)
+class OnDemandConfig:
+    """Capture on demand: ``verlprof capture <output_dir>`` asks the running job for windows
+    at its next step boundaries (docs/user_guide.md, "Profile a running job")."""
+
+    enabled: bool = False
+    """Serve capture requests while the job runs: the controller starts a small named Ray
+    actor that queues them and writes ``.verlprof-token`` (owner-only) and
+    ``.verlprof-on-demand.json`` into the output directory. Off: nothing is started and a
+    step pays nothing."""
+
+    max_steps_per_request: int = 4
+    """Most consecutive steps one request may capture (``--steps next:N``)."""
+
+    max_reports_per_request: int = 16
+    """Most reports one request may produce (ranks x windows)."""
+
+    max_requests_per_hour: int = 12
+    """Accepted requests per rolling hour; more are refused until the hour has passed."""
+
+    max_reports_per_hour: int = 64
+    """Reports accepted per rolling hour, over every request."""
+
+
+@dataclass(frozen=True)
 class ProfilingConfig:
     """Everything verlprof needs to plan a profiled run, from any supported layout."""
 
@@ -241,6 +265,9 @@ class ProfilingConfig:
     finish_hook: FinishHookConfig = field(default_factory=FinishHookConfig)
     """A command run once after every report is gathered."""
 
+    on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
+    """Windows asked for while the job runs (``verlprof capture``)."""
+
     existing_run: ExistingRun = "move_aside"
     """When ``output_dir`` already holds another run (its ``manifest.json``, reports no manifest
     lists, or the lock of a run still going): ``move_aside`` moves that run's files into
@@ -282,3 +309,8 @@ class ProfilingConfig:
     def active(self) -> bool:
         """True when anything at all will be profiled."""
         return self.enabled and bool(self.steps)
+
+    @property
+    def serves_requests(self) -> bool:
+        """True when the running job takes capture requests (``on_demand.enabled``)."""
+        return self.enabled and self.on_demand.enabled

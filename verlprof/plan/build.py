@@ -9,6 +9,7 @@ workers and collection only execute it; none of them re-derives a decision.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import List, Optional, Tuple
 
 from verlprof import paths
@@ -73,7 +74,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
         if config.active else None
     return ProfilePlan(
-        enabled=bool(processes), tool=config.tool, output_dir=config.output_dir,
+        enabled=bool(processes) or config.serves_requests, tool=config.tool,
+        output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
         controller=controller, source=config.source, warnings=tuple(dict.fromkeys(warnings)),
         window_time=window_time if window_time is not None else _window_time(config, backend),
@@ -83,7 +85,9 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                          rpc_timeout_s=config.rpc_timeout_s,
                          finalize_timeout_s=config.finalize_timeout_s,
                          existing_run=config.existing_run),
-        finish_hook=hook, unprofiled=topology.unprofiled, verl_release=config.verl_release,
+        finish_hook=hook, unprofiled=topology.unprofiled,
+        on_demand=dataclasses.replace(config.on_demand, enabled=config.serves_requests),
+        verl_release=config.verl_release,
         disabled_reason="" if config.enabled else config.disabled_reason,
         built_from=PlanInputs(config=config, topology=topology))
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import dacite
 
-from verlprof.config.schema import ProfilingConfig
+from verlprof.config.schema import OnDemandConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology, UnprofiledGroup
 from verlprof.records import (
     ExistingRun,
@@ -211,6 +211,9 @@ class ProfilePlan:
     disabled_reason: str = ""
     """Why profiling is off though steps may be set, naming the key
     (``trainer.profiler.enabled is false``); empty while profiling is on."""
+    on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
+    """Capture requests while the job runs (``enabled``) and their caps
+    (:mod:`verlprof.plan.on_demand` plans each one)."""
     built_from: Optional[PlanInputs] = field(default=None, compare=False)
     """What ``build_plan`` was given: the same plan for another output directory is built
     from it (:func:`verlprof.runtime.ownership.retarget`). Not compared: two configs that

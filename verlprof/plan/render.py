@@ -38,11 +38,16 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_text(("Profiling is off", "bold"), f": {plan.disabled_reason}."),
                       soft_wrap=True)
     elif not plan.step_windows:
-        console.print(_text(("Profiling is off", "bold"), " (no trainer.profile_steps)."))
+        console.print(_text(("No planned window" if plan.on_demand.enabled else
+                             "Profiling is off", "bold"), " (no trainer.profile_steps)."))
     elif not plan.enabled:
         console.print(_text(("Profiling is off", "bold"),
                             ": no rank of any component is selected."))
-    else:
+    if plan.on_demand.enabled:
+        console.print(_text(("On demand", "bold"), ": the running job takes capture requests "
+                            f"(verlprof capture {plan.output_dir} --steps next:N)."),
+                      soft_wrap=True)
+    if plan.enabled and plan.step_windows:
         windows = ", ".join(f"[{_steps_text(w)}]" for w in plan.step_windows)
         release = f" verl={plan.verl_release}" if plan.verl_release else ""
         console.print(_text(("verlprof plan", "bold"),

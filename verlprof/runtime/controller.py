@@ -30,7 +30,6 @@ What happens under faults (docs/reliability.md, proved by tests/faults/):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -41,7 +40,7 @@ from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, free_space, write_manifest
-from verlprof.plan.model import FinishHookPlan, ProfilePlan
+from verlprof.plan.model import ProfilePlan
 from verlprof.records import (
     ON_RANK_FAILURE,
     OnRankFailure,
@@ -51,7 +50,7 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, ownership
+from verlprof.runtime import finish_hook, on_demand, ownership
 from verlprof.runtime.clock_sync import ClockSync
 from verlprof.runtime.collect import (
     collect_at_exit,
@@ -85,16 +84,16 @@ class ProfileController:
     the reports before the signal takes effect. ``preflight``: ``True`` checks the output
     directory and dry-runs each nsys command before any worker starts (see
     :func:`verlprof.runtime.preflight.preflight`), ``"quick"`` skips the dry run, ``False`` checks
-    nothing. ``rpc``: the layer that reaches the ranks (default: Ray actor calls,
-    :class:`~verlprof.runtime.rank_rpc.RankCalls`; tests pass
+    nothing. ``rpc``: the layer that reaches the ranks (default: Ray actor calls; tests pass
     :class:`~verlprof.runtime.local_rpc.InProcessRanks`); its timeout is set as above.
+    ``requests``: where capture requests arrive (default: the Ray desk, runtime/on_demand.py).
     """
 
     def __init__(self, plan: ProfilePlan, *, rpc_timeout_s: Optional[float] = None,
                  finalize_timeout_s: Optional[float] = None, echo: bool = True,
                  on_rank_failure: Optional[OnRankFailure] = None, handle_signals: bool = True,
                  preflight: Union[bool, str] = True, preflight_timeout_s: float = 60.0,
-                 rpc: Optional[RankRPC] = None):
+                 rpc: Optional[RankRPC] = None, requests: Optional[Any] = None):
         policy = plan.policy
         on_rank_failure = policy.on_rank_failure if on_rank_failure is None else on_rank_failure
         if on_rank_failure not in ON_RANK_FAILURE:
@@ -136,6 +135,7 @@ class ProfileController:
         unwrapped = self._controller.unwrapped_warning()
         if unwrapped is not None:
             self._warnings.append(unwrapped)
+        self._on_demand = on_demand.serve_requests(self, requests)  # off: a no-op object
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -157,6 +157,7 @@ class ProfileController:
             if process.group == name:
                 self._rpc.actors[(name, process.rank)] = actors[process.rank]
                 targets.append((name, process.rank))
+        self._on_demand.register(name, actors)
         self._targets = [(p.group, p.rank) for p in self.plan.processes
                          if (p.group, p.rank) in self._rpc.actors]
         plans = {(p.group, p.rank): p for p in self.plan.processes}
@@ -186,8 +187,8 @@ class ProfileController:
 
     @property
     def targets(self) -> List[Target]:
-        """Registered planned processes, in plan order."""
-        return list(self._targets)
+        """Registered planned processes, in plan order, then those added on demand."""
+        return self._targets + self._on_demand.added
 
     def _live(self, targets: List[Target]) -> List[Target]:
         """``targets`` less the dead ranks (the same list when none died: a step at 8,192
@@ -198,8 +199,7 @@ class ProfileController:
     @property
     def failed_ranks(self) -> Dict[Target, str]:
         """(group, rank) → why, for every rank that died (it is never asked again). Ranks whose
-        RPC raised or timed out are named in the log and the manifest's warnings, and are still
-        asked (their later calls run in order once they are free)."""
+        RPC raised or timed out are named in the log and warnings, and are still asked."""
         return dict(self._rpc.failed)
 
     # -- steps -----------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class ProfileController:
             self._open = window
             with self._controller.opening(window):  # overlaps the workers' start
                 self._start(window)
-        with self._controller.range(f"step/{step}"):
+        with self._on_demand.step(step), self._controller.range(f"step/{step}"):
             try:
                 yield
             except BaseException:
@@ -292,6 +292,7 @@ class ProfileController:
         if self._finalized is not None:
             return self._finalized
         with self._signals.shield():
+            self._on_demand.finish()  # requests not taken yet are refused
             self.stop_all(raise_errors=False)
             timeout = self.finalize_timeout_s if timeout_s is None else timeout_s
             items: List[WorkerReport] = []
@@ -324,7 +325,9 @@ class ProfileController:
             entries = self._output.before_manifest(entries)
             manifest = self._write(self._manifest(entries))
             if self.plan.finish_hook is not None:
-                manifest = self._run_finish_hook(manifest, self.plan.finish_hook)
+                manifest = finish_hook.into_manifest(self.plan.finish_hook, manifest, self.plan,
+                                                     self._identity, self.echo, self._write)
+                self._warnings = list(manifest.warnings)  # with the hook's failures
             self._finalized = manifest
             self.run.release()
         if cut:  # now that the manifest is written
@@ -342,23 +345,10 @@ class ProfileController:
                 f"({free_space(self.plan.output_dir)})") from None
         return manifest
 
-    def _run_finish_hook(self, manifest: Manifest, hook: FinishHookPlan) -> Manifest:
-        """The hook sees every gathered report and the manifest listing them; its runs (and
-        a failure, in one line) then go into the manifest, written again."""
-        runs = finish_hook.run_finish_hook(hook, self.plan.output_dir, self.plan.tool,
-                                           self._identity)
-        problems = finish_hook.problems(hook, runs)
-        finish_hook.report(problems, self.echo)
-        self._warnings.extend(problems)
-        return self._write(dataclasses.replace(
-            manifest, finish_hook=tuple(runs),
-            warnings=tuple(dict.fromkeys(manifest.warnings + tuple(problems)))))
-
     def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
-        """Call after the workers have exited, before ``ray.shutdown()``: waits until each
-        wrapped process's profiler has finished writing and ended (runtime/teardown.py), then
-        gathers what a tool wrote at exit (rocprof-sys) and rewrites the manifest with it
-        (:meth:`finalize` then returns that one). Returns problems, one line each."""
+        """Call after the workers exited, before ``ray.shutdown()``: waits until each wrapped
+        process's profiler has ended (runtime/teardown.py), gathers what a tool wrote at exit
+        (rocprof-sys) into the manifest (:meth:`finalize` then returns it); problems, one each."""
         by_node: Dict[str, List[int]] = {}
         for identity in self._identity.values():
             if identity.profiler_pid:
@@ -375,8 +365,7 @@ class ProfileController:
     # -- with controller: ... ---------------------------------------------------------------
     def install_signal_handlers(self) -> bool:
         """Route SIGTERM and Ctrl-C through the controller (main thread only; ``with
-        controller:`` does this when ``handle_signals``). Returns whether anything was
-        installed."""
+        controller:`` does this when ``handle_signals``); whether anything was installed."""
         return self._signals.install()
 
     def __enter__(self) -> ProfileController:

@@ -13,6 +13,7 @@ console and in the manifest's warnings.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -20,11 +21,11 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from verlprof import paths
-from verlprof.manifest import HookRun
-from verlprof.plan.model import FinishHookPlan
+from verlprof.manifest import HookRun, Manifest
+from verlprof.plan.model import FinishHookPlan, ProfilePlan
 from verlprof.records import ProcessIdentity, Target
 from verlprof.runtime.teardown import task_on_node
 from verlprof.safe_text import visible
@@ -143,3 +144,16 @@ def report(lines: List[str], echo: bool = True) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:300]
+
+
+def into_manifest(hook: FinishHookPlan, manifest: Manifest, plan: ProfilePlan,
+                  identity: Dict[Target, ProcessIdentity], echo: bool,
+                  write: Callable[[Manifest], Manifest]) -> Manifest:
+    """Run the hook once every report is gathered (it sees them and the manifest listing them),
+    then write the manifest again with its runs and, in one line each, its failures."""
+    runs = run_finish_hook(hook, plan.output_dir, plan.tool, identity)
+    found = problems(hook, runs)
+    report(found, echo)
+    return write(dataclasses.replace(manifest, finish_hook=tuple(runs),
+                                     warnings=tuple(dict.fromkeys(manifest.warnings +
+                                                                  tuple(found)))))

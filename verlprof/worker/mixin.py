@@ -35,6 +35,15 @@ class ProfilingWorkerMixin:
         self._verlprof_session = ProfileSession(plan, self)
         return self.verlprof_status()
 
+    def verlprof_extend(self, plan: ProcessPlan) -> SessionStatus:
+        """Follow ``plan``: this process's plan with windows asked for while the job runs
+        (configures the process when it had no plan)."""
+        session = self._verlprof_session
+        if session is None:
+            return self.verlprof_configure(plan)
+        session.add_windows(plan)
+        return self.verlprof_status()
+
     def verlprof_start(self, steps: Optional[Sequence[int]] = None) -> StartReply:
         """Open or arm the step window ``steps`` (default: the planned one after the last
         started); idempotent."""

@@ -109,6 +109,17 @@ class ProfileSession:
         with self._finalize_lock:  # not self._lock: status must answer while reports settle
             return self._actions[(self.state, FINALIZE)](self, timeout_s)
 
+    def add_windows(self, plan: ProcessPlan) -> None:
+        """Follow ``plan``: this process's plan with windows asked for while the job runs
+        (:mod:`verlprof.plan.on_demand`). They open only when a start names their steps: the
+        planned order that a start without arguments follows stays as it was."""
+        with self._lock:
+            if self.state == FINALIZED:
+                return
+            known = set(self.plan.windows)
+            self._pending.extend(w for w in plan.windows if w not in known)
+            self.plan = plan
+
     def status(self, identity: ProcessIdentity) -> SessionStatus:
         with self._lock:
             return SessionStatus(

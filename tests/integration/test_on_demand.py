@@ -1,0 +1,66 @@
+"""Capture on demand, end to end: the demo trainer runs with no planned window and
+``trainer.profiler.on_demand.enabled``; ``verlprof capture --wait`` from another process asks
+it for the next two steps on one rank, with torch, and gets reports marked with who asked.
+
+Both processes join this module's Ray cluster (the job with ``--ray-address``, the capture
+from the address the job wrote next to its token)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+STEPS = 400
+"""Enough steps for the capture to arrive while the job runs (a demo step is ~50 ms here)."""
+
+
+def verlprof(*args: str) -> list:
+    return [sys.executable, "-m", "verlprof.cli", *args]
+
+
+@pytest.mark.timeout(240)
+def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
+    import ray
+
+    out = tmp_path / "out"
+    job = subprocess.Popen(
+        verlprof("demo", "--ray-address", ray.get_runtime_context().gcs_address,
+                 "trainer.profile_steps=[]", "++trainer.profiler.on_demand.enabled=true",
+                 f"trainer.total_training_steps={STEPS}", "++trainer.profiler.tool=torch",
+                 f"++trainer.profiler.output_dir={out}"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / ".verlprof-on-demand.json").exists():
+            assert job.poll() is None, job.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the job never took requests"
+            time.sleep(0.2)
+        assert (os.stat(out / ".verlprof-token").st_mode & 0o777) == 0o600
+        refused = subprocess.run(verlprof("capture", str(out), "--ranks", "7"),
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2
+        line = refused.stderr.strip().splitlines()[-1]
+        assert line.startswith("verlprof: capture refused at step ") and line.endswith(
+            ": ranks: actor_rollout_ref has ranks 0-1; 7 do not exist"), refused.stderr
+        asked = subprocess.run(verlprof("capture", str(out), "--steps", "next:2", "--ranks", "1",
+                                        "--tool", "torch", "--wait", "--timeout", "180"),
+                               capture_output=True, text=True, timeout=200)
+        log = job.communicate(timeout=120)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
+    assert "accepted at step" in asked.stdout and "2 of 2 report(s) ok" in asked.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    entries = [e for e in manifest["reports"] if e["requested_by"]]
+    assert len(entries) == 2 == len(manifest["reports"])
+    first = entries[0]["steps"][0]
+    assert [(e["group"], e["rank"], e["steps"], e["status"]) for e in entries] == [
+        ("actor_rollout_ref", 1, [first], "ok"), ("actor_rollout_ref", 1, [first + 1], "ok")]
+    assert all(os.path.getsize(out / e["path"]) > 0 and e["requested_at"] for e in entries)
+    assert not (out / ".verlprof-token").exists()  # gone with the job

@@ -1,0 +1,237 @@
+"""``verlprof capture`` and ``verlprof status``: ask a running job for windows, see where it is.
+
+Both read ``<output_dir>/.verlprof-on-demand.json`` (where the job takes requests) and
+``.verlprof-token`` (owner-only), join the job's Ray cluster as a driver and talk to its
+request desk (:mod:`verlprof.runtime.on_demand`). Every refusal is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+from verlprof import paths
+from verlprof.errors import ProfilingRuntimeError
+from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
+from verlprof.safe_text import visible
+
+EXIT_REFUSED = 2
+
+
+def add_capture_subcommands(sub: Any) -> None:
+    capture = sub.add_parser(
+        "capture", help="ask a running job to profile its next steps (no restart)",
+        description="Ask a running job (trainer.profiler.on_demand.enabled) for capture "
+                    "windows at its next step boundaries. Prints what was accepted (steps, "
+                    "ranks, tool, the reports to expect) or one line why not (exit 2).")
+    capture.add_argument("output_dir", metavar="OUTPUT_DIR",
+                         help="the running job's trainer.profiler.output_dir")
+    capture.add_argument("--steps", default="next:1", metavar="SPEC",
+                         help="next:N (the N steps from the next boundary), S or S-T")
+    capture.add_argument("--group", default="", help="worker group (default: the first)")
+    capture.add_argument("--ranks", default="0", metavar="R,R",
+                         help="ranks of that group, comma-separated (default 0)")
+    capture.add_argument("--tool", default="torch", help="backend (torch)")
+    capture.add_argument("--discrete", action="store_true",
+                         help="one window per annotated phase call instead of per step")
+    capture.add_argument("--address", default=None,
+                         help="the job's Ray address (default: the one the job wrote)")
+    capture.add_argument("--wait", action="store_true",
+                         help="return once the reports are in the manifest (the job's end)")
+    capture.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                         help="seconds to wait for the decision, and with --wait the reports")
+    status = sub.add_parser("status", help="where a running job stands (steps, windows, "
+                                           "requests, reports)")
+    status.add_argument("output_dir", metavar="OUTPUT_DIR")
+    status.add_argument("--address", default=None, help="the job's Ray address")
+
+
+def run_capture_command(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "status":
+            return _status(args)
+        return _capture(args)
+    except ProfilingRuntimeError as err:
+        print(f"verlprof: {visible(str(err))}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def find_job(output_dir: str) -> Tuple[str, Dict[str, Any]]:
+    """The run directory holding the job's descriptor (``output_dir`` or, with
+    ``existing_run=new_subdir``, its newest run subdirectory) and the descriptor."""
+    candidates = [output_dir] + sorted(
+        (os.path.join(output_dir, d) for d in _listdir(output_dir)),
+        key=lambda d: -_mtime(os.path.join(d, paths.ON_DEMAND_NAME)))
+    for directory in candidates:
+        try:
+            with open(os.path.join(directory, paths.ON_DEMAND_NAME), encoding="utf-8") as f:
+                return directory, dict(json.load(f))
+        except (OSError, ValueError):
+            continue
+    raise ProfilingRuntimeError(
+        f"{output_dir}: no running job takes capture requests there (no "
+        f"{paths.ON_DEMAND_NAME}: the job has ended, or it runs without "
+        "trainer.profiler.on_demand.enabled=true)")
+
+
+def _desk(args: argparse.Namespace) -> Tuple[str, Dict[str, Any], str, Any]:
+    run_dir, where = find_job(args.output_dir)
+    try:
+        with open(os.path.join(run_dir, paths.TOKEN_NAME), encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except OSError as err:
+        raise ProfilingRuntimeError(f"cannot read {paths.TOKEN_NAME} in {run_dir}: "
+                                    f"{err.strerror}; only the job's owner can ask") from None
+    if where.get("ray_auth_mode") and "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = str(where["ray_auth_mode"])  # before Ray is imported
+    import ray
+
+    address = args.address or where.get("address")
+    try:
+        ray.init(address=address, namespace=where.get("namespace"), logging_level="ERROR",
+                 log_to_driver=False, configure_logging=True)
+        actor = ray.get_actor(str(where.get("actor")), namespace=where.get("namespace"))
+    except Exception as err:
+        raise ProfilingRuntimeError(
+            f"cannot reach the job's request desk at {address}: {' '.join(str(err).split())[:200]}"
+            " (the job has ended, or pass --address)") from None
+    return run_dir, where, token, actor
+
+
+def _capture(args: argparse.Namespace) -> int:
+    try:
+        ranks = tuple(int(r) for r in args.ranks.split(",") if r.strip())
+    except ValueError:
+        raise ProfilingRuntimeError(f"--ranks: comma-separated integers expected, not "
+                                    f"{args.ranks!r}") from None
+    run_dir, _, token, actor = _desk(args)
+    import ray
+
+    request = CaptureRequest(id=uuid.uuid4().hex, token=token, steps=args.steps,
+                             group=args.group, ranks=ranks, tool=args.tool,
+                             discrete=args.discrete,
+                             requested_by=f"{getpass.getuser()}@{socket.gethostname()}")
+    refused = ray.get(actor.submit.remote(request), timeout=60)
+    if refused:
+        raise ProfilingRuntimeError(f"capture refused: {refused}")
+    print(f"verlprof: request {request.id[:8]} queued; the job takes it at its next step "
+          "boundary", flush=True)
+    decision = _decision(actor, token, request.id, args.timeout)
+    if not decision.accepted:
+        raise ProfilingRuntimeError(f"capture refused at step {decision.at_step}: "
+                                    f"{decision.reason}")
+    targets = ", ".join(f"{g} rank {r}" for g, r in decision.targets)
+    print(f"verlprof: accepted at step {decision.at_step}: steps "
+          f"{', '.join(map(str, decision.steps))} on {targets} with {decision.tool}")
+    print("verlprof: reports to expect (listed in manifest.json when the job ends):")
+    for report in decision.reports:
+        print(f"  {visible(os.path.join(run_dir, report))}")
+    if not args.wait:
+        return 0
+    print("verlprof: waiting for the job to end and gather them ...", flush=True)
+    entries = _wait_for_manifest(run_dir, decision, request.requested_by, args.timeout)
+    for entry in entries:
+        reason = f"  [{entry['status']}: {visible(str(entry.get('reason')))}]" \
+            if entry["status"] != "ok" else ""
+        print(f"  {visible(os.path.join(run_dir, entry['path']))}{reason}")
+    ok = sum(e["status"] == "ok" for e in entries)
+    manifest = os.path.join(run_dir, paths.MANIFEST_NAME)
+    print(f"verlprof: {ok} of {len(entries)} report(s) ok in {visible(manifest)}")
+    return 0 if entries and ok == len(entries) else 1
+
+
+def _decision(actor: Any, token: str, request_id: str, timeout_s: float) -> CaptureDecision:
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        answer = ray.get(actor.decision.remote(token, request_id, 30.0), timeout=90)
+        if isinstance(answer, CaptureDecision):
+            return answer
+        if isinstance(answer, str):
+            raise ProfilingRuntimeError(f"capture refused: {answer}")
+    raise ProfilingRuntimeError(f"no step boundary within {timeout_s:g} s: the request stays "
+                                "queued and is decided at the job's next step")
+
+
+def _wait_for_manifest(run_dir: str, decision: CaptureDecision, by: str,
+                       timeout_s: float) -> List[Dict[str, Any]]:
+    """The manifest entries of ``decision``'s reports, once the job's finalize wrote them."""
+    path = os.path.join(run_dir, paths.MANIFEST_NAME)
+    deadline = time.monotonic() + timeout_s
+    targets = {(g, r) for g, r in decision.targets}
+    while time.monotonic() < deadline:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                reports = json.load(handle).get("reports", [])
+        except (OSError, ValueError):
+            time.sleep(0.5)
+            continue
+        return [e for e in reports if e.get("requested_by") == by
+                and (e.get("group"), e.get("rank")) in targets
+                and set(e.get("steps") or ()) <= set(decision.steps)]
+    raise ProfilingRuntimeError(f"the reports were not in {path} within {timeout_s:g} s "
+                                "(the manifest is written when the job ends)")
+
+
+def _status(args: argparse.Namespace) -> int:
+    try:
+        _, _, token, actor = _desk(args)
+    except ProfilingRuntimeError:
+        return _ended_status(args.output_dir)
+    import ray
+
+    progress = ray.get(actor.status.remote(token), timeout=60)
+    if not isinstance(progress, JobProgress):
+        raise ProfilingRuntimeError(f"status refused: {progress}")
+    print(f"verlprof: job at step {progress.step}"
+          + (" (ended: no more requests)" if progress.ended else ""))
+    print(f"  windows open: {', '.join(progress.open_windows) or 'none'}")
+    print(f"  requests: {progress.pending} pending, {progress.accepted} accepted; "
+          f"{progress.scheduled} window(s) scheduled")
+    print(f"  on-demand reports so far: {progress.reports} (gathered into manifest.json at "
+          "the job's end)")
+    return 0
+
+
+def _ended_status(output_dir: str) -> int:
+    path = os.path.join(output_dir, paths.MANIFEST_NAME)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            reports = json.load(handle).get("reports", [])
+    except (OSError, ValueError):
+        raise ProfilingRuntimeError(f"{output_dir}: no running job and no manifest") from None
+    asked = sum(1 for e in reports if e.get("requested_by"))
+    print(f"verlprof: the job has ended: {len(reports)} report(s) in {path}, {asked} on demand")
+    return 0
+
+
+def _listdir(directory: str) -> List[str]:
+    try:
+        return [d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))]
+    except OSError:
+        return []
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def main(argv: Optional[List[str]] = None) -> int:  # python -m verlprof.runtime.capture_cli
+    parser = argparse.ArgumentParser(prog="verlprof")
+    add_capture_subcommands(parser.add_subparsers(dest="command", required=True))
+    return run_capture_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
