@@ -27,7 +27,7 @@ import pytest
 
 from tests.docs import snippets
 from tests.docs.snippets import ROOT, Block
-from tests.helpers import local_ray_cluster, require_nsys
+from tests.helpers import require_nsys
 
 pytestmark = pytest.mark.integration
 
@@ -56,10 +56,17 @@ def section_blocks(path: str, heading: str) -> Tuple[List[Block], str]:
 
 @pytest.fixture(scope="module")
 def ray_address():
-    import ray
+    """A Ray head for the demo, in its own process: a ``ray.init`` in this test process would
+    leave its auth mode (token) in the process for good, and the fault suite's head, which
+    comes next, refuses it (its actors are cancelled before they run)."""
+    from tests.faults.harness import RayHead
 
-    with local_ray_cluster(num_cpus=2):
-        yield ray.get_runtime_context().gcs_address
+    head = RayHead()
+    try:
+        head.wait_ready()
+        yield head.address
+    finally:
+        head.stop()
 
 
 def _workspace(tmp_path) -> str:

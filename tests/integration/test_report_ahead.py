@@ -52,8 +52,10 @@ def test_cold_report_with_exports_ahead_prints_what_it_did_before(run_dir, tmp_p
     shutil.copytree(run_dir, plain)
     console = Console(file=io.StringIO(), width=200)
     expected = summarize(str(plain), console=console, progress=False)
-    assert report_main([str(run_dir)]) == 0
-    printed = capsys.readouterr().out
+    assert report_main([str(run_dir), "--no-trace"]) == 0
+    # the report's own lines, less the clocks' error bound the trace's line states
+    printed = "".join(line for line in capsys.readouterr().out.splitlines(keepends=True)
+                      if not line.startswith(("clocks:", "clocks aligned")))
     table = console.file.getvalue().replace(str(plain), str(run_dir))
     assert printed.replace(" ", "") == table.replace(" ", "")  # same tables, same lines
     for name, path in expected.paths.items():

@@ -213,7 +213,11 @@ def test_launcher_wraps_verl_run_ppo(ray_four_cpus, tmp_path):
     one_step = [o for o in PROFILER if not o.startswith("global_profiler.steps=")]
     config = compose_verl_config([*one_step, f"global_profiler.save_path={tmp_path}",
                                   "global_profiler.tool=nsys", "global_profiler.steps=[1]"])
-    wrap_run_ppo(main_ppo.run_ppo)(config, ProbeTaskRunner)
+    # the probe builds no worker group, so the selected ranks write nothing: the launcher
+    # says so and exits 3 (after the run, with the controller's report written)
+    with pytest.raises(SystemExit) as ended:
+        wrap_run_ppo(main_ppo.run_ppo)(config, ProbeTaskRunner)
+    assert ended.value.code == 3
     with open(tmp_path / "probe.json") as handle:
         probe = json.load(handle)
     assert probe == {"attached": True, "plan_steps": [1], "verl_steps": None,

@@ -134,6 +134,17 @@ def plan_of(loaded: LoadedConfig) -> ProfilePlan:
     return build_plan(loaded.profiling, loaded.topology)
 
 
+SERVED = ("0.7.0", "0.8.0", "0.9.0", "0.9.1")
+"""Releases whose rollout is served by replicas (verl's ``RolloutReplica``)."""
+
+
+def workers(items):
+    """The worker groups of a topology, or the processes of a plan, less a served model's
+    replicas (tests/unit/test_verl_replicas.py checks those)."""
+    served = ("rollout_replicas", "reward_replicas")
+    return [x for x in items if getattr(x, "group", getattr(x, "name", None)) not in served]
+
+
 @pytest.mark.parametrize(("release", "root"), CASES, ids=[f"{r}-{root}" for r, root in CASES])
 def test_composed_config_with_the_release_keys_plans_what_they_ask(release, root):
     if root.startswith("_generated"):
@@ -144,14 +155,17 @@ def test_composed_config_with_the_release_keys_plans_what_they_ask(release, root
     prof = loaded.profiling
     assert prof.verl_release == release
     assert prof.source == ("verl_profiler" if release in OLD else "verl_global_profiler")
-    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
+    assert [(g.name, g.roles, g.world_size) for g in workers(loaded.topology.groups)] == [
         ("global_pool", ("actor", "rollout", "ref", "critic"), 8)]
+    # generation is served from 0.7.0 on: the rollout's replicas are a group of their own
+    assert [g.name for g in loaded.topology.groups if g.served] == (
+        ["rollout_replicas"] if release in SERVED else [])
     assert loaded.topology.unprofiled == ()
     plan = plan_of(loaded)
-    assert [(p.group, p.rank, p.selected_roles, p.mode) for p in plan.processes] == [
+    assert [(p.group, p.rank, p.selected_roles, p.mode) for p in workers(plan.processes)] == [
         ("global_pool", 0, rank0_roles(release), "whole"),
         ("global_pool", 1, ("critic",), "whole")]
-    for proc in plan.processes:
+    for proc in workers(plan.processes):
         assert [w.report.path for w in proc.windows] == [
             f"step000{s}/global_pool/rank{proc.rank}/global_pool_step{s}_rank{proc.rank}"
             f"_{{host}}_{{pid}}.nsys-rep" for s in (1, 2)]
@@ -173,7 +187,7 @@ def test_discrete_windows_are_the_methods_the_release_annotates(release, root, t
     plan = plan_of(load(release, root, selection(release) + extra))
     suffix = ".nsys-rep" if tool == "nsys" else ".pt.trace.json.gz"
     expected = discrete_phases(release)
-    for proc in plan.processes:
+    for proc in workers(plan.processes):
         assert proc.mode == "discrete" and proc.backend == tool
         calls = [(role, phase) for role, phase in expected[proc.rank]]
         assert [(w.steps, w.role, w.phase) for w in proc.windows] == [
@@ -184,7 +198,9 @@ def test_discrete_windows_are_the_methods_the_release_annotates(release, root, t
                          f"{proc.rank}_{{host}}_{{pid}}{suffix}")
         if tool == "nsys":
             assert f"--capture-range-end=repeat:{len(proc.windows)}" in proc.launch_argv
-    assert {p.rank for p in plan.processes} == {0, 1}
+    assert {p.rank for p in workers(plan.processes)} == {0, 1}
+    # a replica has no annotated phase of its own: its windows stay steps
+    assert {p.mode for p in plan.processes if p.group == "rollout_replicas"} <= {"whole"}
 
 
 @pytest.mark.parametrize(("release", "root"), CASES, ids=[f"{r}-{root}" for r, root in CASES])
@@ -194,9 +210,9 @@ def test_torch_whole_step_plans_trace_files(release, root):
         extra.append("actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cuda,shapes]")
     loaded = load(release, root, selection(release) + extra)
     plan = plan_of(loaded)
-    assert [(p.rank, p.backend, p.launch_argv) for p in plan.processes] == [
+    assert [(p.rank, p.backend, p.launch_argv) for p in workers(plan.processes)] == [
         (0, "torch", ()), (1, "torch", ())]
-    assert plan.processes[1].windows[1].report.path == (
+    assert workers(plan.processes)[1].windows[1].report.path == (
         "step0002/global_pool/rank1/global_pool_step2_rank1_{host}_{pid}.pt.trace.json.gz")
     if release in ENGINE:  # verl's contents: the actor's [cuda, shapes], the critic's []
         assert plan.processes[0].capture_options["record_shapes"] is True
@@ -213,8 +229,11 @@ def test_reward_pool_of_060_and_070(release):
     pool = ["reward_model.enable=true", "reward_model.enable_resource_pool=true",
             "reward_model.nnodes=1", "reward_model.n_gpus_per_node=2"]
     loaded = load(release, "ppo_trainer", selection(release) + pool)
-    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
-        ("global_pool", ("actor", "rollout", "ref", "critic"), 8), ("reward_pool", ("rm",), 2)]
+    # 0.7.0 serves it through its reward loop by default: replicas, not a worker pool
+    rm = ("reward_pool", ("rm",), 2) if release == "0.6.0" else ("reward_replicas", ("rm",), 2)
+    assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups
+            if g.name != "rollout_replicas"] == [
+        ("global_pool", ("actor", "rollout", "ref", "critic"), 8), rm]
     colocated = load(release, "ppo_trainer", selection(release) + ["reward_model.enable=true"])
     roles = colocated.topology.groups[0].roles
     # 0.7.0 serves the reward model through its reward loop by default: no verl worker of it
@@ -227,11 +246,13 @@ def test_reward_pool_and_teacher_of_080_and_later(release):
              "reward.reward_model.nnodes=1", "distillation.enabled=true",
              "distillation.nnodes=1"]
     loaded = load(release, "ppo_trainer", selection(release) + extra)
+    # the reward model is served: its replicas (tensor parallel 2 by default) on its own pool
     assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
-        ("global_pool", ("actor", "rollout", "ref", "critic"), 8), ("reward_pool", ("rm",), 8)]
+        ("global_pool", ("actor", "rollout", "ref", "critic"), 8),
+        ("rollout_replicas", ("rollout",), 4), ("reward_replicas", ("rm",), 4)]
     assert [(u.name, u.world_size) for u in loaded.topology.unprofiled] == [("teacher_pool", 8)]
     plan = plan_of(loaded)
-    assert {p.group for p in plan.processes} == {"global_pool"}
+    assert {p.group for p in plan.processes} == {"global_pool", "rollout_replicas"}
     with pytest.raises(ConfigError, match="^reward_model.nnodes: is 1 but "
                                           "reward.reward_model.nnodes is 2; set only"):
         load(release, "ppo_trainer", selection(release) + [
@@ -254,8 +275,10 @@ def test_verl_091_own_ppo_trainer_with_the_briefs_overrides():
     loaded = load_config(str(config_dir("0.9.1") / "ppo_trainer.yaml"), overrides, env={})
     plan = plan_of(loaded)
     assert [(g.name, g.roles) for g in plan.groups] == [
-        ("global_pool", ("actor", "rollout", "ref", "critic"))]
-    assert [(p.rank, p.selected_roles) for p in plan.processes] == [
-        (0, ("critic",)), (1, ("actor", "rollout", "ref"))]
+        ("global_pool", ("actor", "rollout", "ref", "critic")),
+        ("rollout_replicas", ("rollout",))]
+    assert [(p.group, p.rank, p.selected_roles) for p in plan.processes] == [
+        ("global_pool", 0, ("critic",)), ("global_pool", 1, ("actor", "rollout", "ref")),
+        ("rollout_replicas", 0, ("rollout",))]  # the replica owning global rank 1
     assert all("--capture-range=nvtx" in p.launch_argv for p in plan.processes)
     assert plan.output_dir == "/tmp/x" and loaded.warnings == ()
