@@ -150,8 +150,8 @@ class CaptureRequest:
     """Worker group ("": the plan's first group)."""
     ranks: Tuple[int, ...] = (0,)
     """Ranks in that group."""
-    tool: Tool = "torch"
-    """Backend of the windows."""
+    tool: Optional[Tool] = None
+    """Backend of the windows (None: the run's tool)."""
     discrete: bool = False
     """One window per annotated phase call instead of one per step."""
     requested_by: str = ""

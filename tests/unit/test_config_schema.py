@@ -21,6 +21,7 @@ SPECIAL: Dict[str, Any] = {
     "RocprofSysConfig.env": {"ROCPROFSYS_X": "1"},
     "FinishHookConfig.cmd": "ls > /dev/null",
     "FinishHookConfig.ranks": [1],
+    "OnDemandConfig.nsys_ranks": {"actor_rollout_ref": [1]},
 }
 """Values whose field takes more than its type says (a template, an absolute path...)."""
 
@@ -76,6 +77,8 @@ def test_every_documented_key_sets_its_schema_field(name, seed):
     expected = tuple(value) if isinstance(value, list) else value
     if field_name == "phases":
         expected = {"actor": ("update_actor",)}
+    if field_name == "nsys_ranks":
+        expected = {"actor_rollout_ref": (1,)}
     assert got == expected != default
 
 

@@ -88,7 +88,9 @@ def test_plan_request_adds_a_torch_process_marked_with_who_asked(tmp_path):
     (ask(group="critic"), 1, [], "group: 'critic' is not a worker group"),
     (ask(steps="next:9"), 1, [], "steps: 9 steps asked, at most 4 per request "
                                  "(trainer.profiler.on_demand.max_steps_per_request)"),
-    (ask(tool="nsys"), 1, [], "tool: nsys opens a fixed number of windows"),
+    (ask(tool="nsys"), 1, [], "tool: nsys needs ranks armed at launch; actor_rollout_ref "
+                              "rank(s) 0 are not in trainer.profiler.on_demand.nsys_ranks"),
+    (ask(tool="rocprof_sys"), 1, [], "tool: rocprof_sys opens a fixed number of windows"),
     (ask(ranks=(0, 1), steps="next:3"), 1, [], "6 reports asked, at most 4 per request"),
     (ask(), 1, [1, 1, 1], "3 requests accepted in the last hour, the cap is 3"),
     (ask(), 1, [3], "3 reports accepted in the last hour, 2 more would pass the cap of 4"),
@@ -99,6 +101,84 @@ def test_plan_request_refuses_beyond_the_limits_in_one_line(tmp_path, request_, 
                    max_reports_per_hour=4)
     line = plan_request(plan, request_, step, hour, 0.0)
     assert isinstance(line, str) and line.startswith(expected), line
+
+
+# -- nsys on demand: ranks armed at launch -----------------------------------------------
+def armed_plan(tmp_path, steps=(), tool="torch", armed=None):
+    config = ProfilingConfig(steps=tuple(steps), tool=tool, output_dir=str(tmp_path),
+                             components=ComponentsConfig(actor=ComponentConfig(ranks=(0,))),
+                             on_demand=OnDemandConfig(enabled=True,
+                                                      nsys_ranks=armed or {GROUP: (1,)}))
+    return build_plan(config, TOPO)
+
+
+def test_an_armed_rank_runs_under_open_ended_nsys_and_takes_nsys_windows(tmp_path):
+    plan = armed_plan(tmp_path)
+    (armed,) = plan.processes
+    assert (armed.group, armed.rank, armed.backend, armed.windows) == (GROUP, 1, "nsys", ())
+    argv = list(armed.launch_argv)
+    assert argv[:2] == ["nsys", "profile"] and "--capture-range=nvtx" in argv
+    assert "--capture-range-end=repeat" in argv and not any(
+        a.startswith("--capture-range-end=repeat:") for a in argv)
+    result = plan_request(plan, ask(ranks=(1,), tool="nsys"), 3, [], 1.0)
+    assert not isinstance(result, str), result
+    (process,) = result.processes
+    assert process.launch_argv == armed.launch_argv and process.backend == "nsys"
+    assert [w.steps for w in process.windows] == [(3,), (4,)]
+    assert all(p.endswith(".nsys-rep") for p in result.decision.reports)
+    refused = plan_request(plan, ask(ranks=(0,), tool="nsys"), 3, [], 1.0)
+    assert refused == ("tool: nsys needs ranks armed at launch; actor_rollout_ref rank(s) 0 "
+                       "are not in trainer.profiler.on_demand.nsys_ranks (armed: 1); ask "
+                       "--tool torch")
+    torch_there = plan_request(plan, ask(ranks=(1,), tool="torch"), 3, [], 1.0)
+    assert isinstance(torch_there, str) and "profiled with nsys" in torch_there
+
+
+def test_a_planned_nsys_rank_armed_keeps_its_windows_and_the_run_tool_is_the_default(tmp_path):
+    plan = armed_plan(tmp_path, steps=(2,), tool="nsys", armed={GROUP: (0,)})
+    (process,) = plan.processes
+    assert [w.steps for w in process.windows] == [(2,)]
+    assert "--capture-range-end=repeat" in process.launch_argv
+    result = plan_request(plan, ask(steps="5", ranks=(0,)), 3, [], 1.0)  # no tool: the run's
+    assert not isinstance(result, str) and result.decision.tool == "nsys"
+    assert [w.steps for w in result.processes[0].windows] == [(2,), (5,)]
+
+
+@pytest.mark.parametrize("armed, on, expected", [
+    ({"critic": [0]}, True, "trainer.profiler.on_demand.nsys_ranks.critic: not a worker group"),
+    ({GROUP: [2]}, True, f"trainer.profiler.on_demand.nsys_ranks.{GROUP}: rank 2 is outside "
+                         "world size 2"),
+    ({GROUP: [1]}, False, "trainer.profiler.on_demand.nsys_ranks: arms ranks for capture "
+                          "requests, which this job does not take"),
+    ({GROUP: [0]}, True, f"trainer.profiler.on_demand.nsys_ranks.{GROUP}: rank 0 is profiled "
+                         "with torch by the plan"),
+])
+def test_bad_armed_ranks_are_one_line_naming_the_key(tmp_path, armed, on, expected):
+    from verlprof.errors import ConfigError
+
+    config = ProfilingConfig(steps=(1,), tool="torch", output_dir=str(tmp_path),
+                             components=ComponentsConfig(actor=ComponentConfig(ranks=(0,))),
+                             on_demand=OnDemandConfig(enabled=on, nsys_ranks=armed))
+    with pytest.raises(ConfigError) as err:
+        build_plan(config, TOPO)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ([0], "trainer.profiler.on_demand.nsys_ranks: must be a mapping"),
+    ({"a/../b": [0]}, "trainer.profiler.on_demand.nsys_ranks: keys are worker group names"),
+    ({"actor_rollout_ref": [0, 0]}, "trainer.profiler.on_demand.nsys_ranks.actor_rollout_ref[1]"
+                                    ": rank 0 listed twice"),
+    ({"actor_rollout_ref": ["x"]}, "trainer.profiler.on_demand.nsys_ranks.actor_rollout_ref[0]"),
+])
+def test_the_nsys_ranks_key_is_validated_like_other_rank_keys(value, expected):
+    from verlprof.config.build import config_from_dict
+    from verlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"trainer": {"profile_steps": [1], "profiler": {
+            "on_demand": {"enabled": True, "nsys_ranks": value}}}})
+    assert str(err.value).startswith(expected), str(err.value)
 
 
 def test_a_planned_rank_takes_more_windows_but_not_its_planned_steps(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, get_type_hints
 
+from verlprof import paths
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
 from verlprof.config.options import TIME_WINDOW_KEYS, canonical_key
@@ -194,15 +195,30 @@ def _read_on_demand(value: Any, draft: Draft) -> None:
     block = v.mapping(value, key)
     v.known_keys(block, ON_DEMAND_KEYS, key)
     given = draft.config.on_demand
-    caps = {}
-    for name in ON_DEMAND_KEYS[1:]:  # the caps, after "enabled"
+    caps: Dict[str, Any] = {}
+    for name in ON_DEMAND_KEYS[1:-1]:  # the caps, between "enabled" and "nsys_ranks"
         cap = block.get(name, getattr(given, name))
         if not v.is_int(cap) or cap < 1:
             raise ConfigError(f"{key}.{name}", f"must be a whole number, 1 or more, got "
                                                f"{v.show(cap)}")
         caps[name] = int(cap)
     draft.set(on_demand=dataclasses.replace(
-        given, enabled=v.boolean(block.get("enabled"), f"{key}.enabled", given.enabled), **caps))
+        given, enabled=v.boolean(block.get("enabled"), f"{key}.enabled", given.enabled), **caps,
+        nsys_ranks=_armed_ranks(block.get("nsys_ranks"), f"{key}.nsys_ranks")))
+
+
+def _armed_ranks(value: Any, key: str) -> Dict[str, Tuple[int, ...]]:
+    """``{group: [ranks]}``: group names as they become paths, ranks like every rank key;
+    whether the group and ranks exist is the plan's check (it knows the topology)."""
+    out = {}
+    for group, ranks in v.mapping(value, key).items():
+        if not isinstance(group, str) or not group or paths.sanitize(group) != group:
+            raise ConfigError(key, f"keys are worker group names ([A-Za-z0-9._-]), got "
+                                   f"{v.show(group)}")
+        armed = v.ranks(ranks, f"{key}.{group}")
+        if armed:
+            out[group] = armed
+    return out
 
 
 def check_options(draft: Draft) -> None:

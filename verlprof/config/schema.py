@@ -211,6 +211,13 @@ class OnDemandConfig:
     max_reports_per_hour: int = 64
     """Reports accepted per rolling hour, over every request."""
 
+    nsys_ranks: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    """Ranks armed for nsys on demand, per worker group (``{actor_rollout_ref: [0]}``): they
+    run under ``nsys profile`` from launch with an open-ended window count
+    (``--capture-range-end=repeat``) and the NVTX trigger, so ``verlprof capture --tool nsys``
+    can open windows there later; their planned windows, if any, still open. Only these ranks
+    take nsys requests. Needs ``enabled``."""
+
 
 @dataclass(frozen=True)
 class ProfilingConfig:

@@ -70,6 +70,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                                                    selecting, mode, windows, window_time,
                                                    warnings))
         controller = _controller_plan(config, topology, backend, windows, warnings)
+    processes = _armed(config, topology, processes, warnings)
     served = {g.name for g in topology.groups if g.served}  # finish_hook ranks are GPU ranks
     hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
         if config.active else None
@@ -90,6 +91,48 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         verl_release=config.verl_release,
         disabled_reason="" if config.enabled else config.disabled_reason,
         built_from=PlanInputs(config=config, topology=topology))
+
+
+def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessPlan],
+           warnings: List[str]) -> List[ProcessPlan]:
+    """``processes`` with the ranks of ``on_demand.nsys_ranks`` launched under nsys with an
+    open-ended window count: a planned nsys rank keeps its windows, an unplanned one gets a
+    plan with none (requests add them)."""
+    key = "trainer.profiler.on_demand.nsys_ranks"
+    armed = config.on_demand.nsys_ranks
+    if armed and not config.serves_requests:
+        raise ConfigError(key, "arms ranks for capture requests, which this job does not take; "
+                               "set trainer.profiler.on_demand.enabled=true or leave it out")
+    out = list(processes)
+    nsys = dataclasses.replace(config, tool="nsys",
+                               nsys=dataclasses.replace(config.nsys, trigger="nvtx"))
+    for name, ranks in armed.items():
+        group = next((g for g in topology.groups if g.name == name), None)
+        if group is None:
+            raise ConfigError(f"{key}.{name}", "not a worker group of this run (groups: "
+                              f"{', '.join(g.name for g in topology.groups)})")
+        for rank in ranks:
+            if rank >= group.world_size:
+                raise ConfigError(f"{key}.{name}",
+                                  f"rank {rank} is outside world size {group.world_size}")
+            planned = next((i for i, p in enumerate(out) if (p.group, p.rank) == (name, rank)),
+                           None)
+            if planned is not None and out[planned].backend != "nsys":
+                raise ConfigError(f"{key}.{name}", f"rank {rank} is profiled with "
+                                  f"{out[planned].backend} by the plan; one process runs one "
+                                  "tool (arm another rank, or plan it with nsys)")
+            launch = get_backend("nsys").worker_launch(nsys, topology, group, rank, 0, warnings)
+            if planned is not None:
+                out[planned] = dataclasses.replace(out[planned], launch_argv=launch.argv,
+                                                   launch_env=dict(launch.env))
+                continue
+            out.append(ProcessPlan(
+                group=name, rank=rank, roles=group.roles, selected_roles=group.roles,
+                mode="whole", backend="nsys", windows=(), launch_argv=launch.argv,
+                launch_env=dict(launch.env), world_size=group.world_size,
+                raw_dir=paths.raw_dir(config.output_dir, name, rank),
+                window_time=_window_time(config, get_backend("nsys"))))
+    return out
 
 
 def _has_windows(config: ProfilingConfig, roles: Tuple[str, ...], mode: Mode,

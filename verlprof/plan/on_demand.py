@@ -64,8 +64,8 @@ def screen(request: Any, token: str) -> str:
         return f"ranks: 1 to {MAX_RANKS} non-negative integers expected"
     if len(set(ranks)) != len(ranks):
         return "ranks: a rank is listed twice"
-    if request.tool not in TOOLS:
-        return f"tool: one of {', '.join(TOOLS)} expected"
+    if request.tool is not None and request.tool not in TOOLS:
+        return f"tool: one of {', '.join(TOOLS)} expected (or none: the run's tool)"
     if not isinstance(request.discrete, bool):
         return "discrete: true or false expected"
     if _STEPS.match(request.steps) is None:
@@ -116,9 +116,11 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
     if outside:
         return (f"ranks: {group.name} has ranks 0-{group.world_size - 1}; "
                 f"{', '.join(map(str, outside))} do not exist")
-    if request.tool != "torch":
-        return (f"tool: {request.tool} opens a fixed number of windows per process from its "
-                "launch; a running job captures on demand with --tool torch")
+    tool = request.tool or plan.tool
+    problem = _tool_problem(plan, tool, group.name, request.ranks)
+    if problem:
+        return problem
+    request = dataclasses.replace(request, tool=tool)
     inputs = plan.built_from
     if inputs is None:
         return "this job's plan carries no inputs to plan a window from (built_from)"
@@ -158,6 +160,23 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
     return Accepted(decision=CaptureDecision(
         id=request.id, accepted=True, steps=steps, targets=targets, tool=request.tool,
         reports=reports, at_step=step), processes=tuple(processes), steps=steps)
+
+
+def _tool_problem(plan: ProfilePlan, tool: str, group: str, ranks: Sequence[int]) -> str:
+    """torch opens anywhere; nsys only on ranks armed at launch (``nsys_ranks``)."""
+    if tool == "torch":
+        return ""
+    key = "trainer.profiler.on_demand.nsys_ranks"
+    if tool != "nsys":
+        return (f"tool: {tool} opens a fixed number of windows per process from its launch; "
+                "a running job captures on demand with --tool torch, or nsys on armed ranks")
+    armed = plan.on_demand.nsys_ranks.get(group, ())
+    unarmed = [r for r in ranks if r not in armed]
+    if unarmed:
+        return (f"tool: nsys needs ranks armed at launch; {group} rank(s) "
+                f"{', '.join(map(str, unarmed))} are not in {key} "
+                f"(armed: {', '.join(map(str, armed)) or 'none'}); ask --tool torch")
+    return ""
 
 
 def _conflict(before: Optional[ProcessPlan], group: str, rank: int, request: CaptureRequest,

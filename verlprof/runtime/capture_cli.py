@@ -38,7 +38,9 @@ def add_capture_subcommands(sub: Any) -> None:
     capture.add_argument("--group", default="", help="worker group (default: the first)")
     capture.add_argument("--ranks", default="0", metavar="R,R",
                          help="ranks of that group, comma-separated (default 0)")
-    capture.add_argument("--tool", default="torch", help="backend (torch)")
+    capture.add_argument("--tool", default=None, choices=("torch", "nsys"),
+                         help="backend: torch (any rank), nsys (ranks armed at launch, "
+                              "trainer.profiler.on_demand.nsys_ranks); default: the run's tool")
     capture.add_argument("--discrete", action="store_true",
                          help="one window per annotated phase call instead of per step")
     capture.add_argument("--address", default=None,

@@ -19,6 +19,9 @@ from verlprof.records import Trigger
 PLAN_OWNED = ("output", "capture-range-end", "force-overwrite", "nvtx-capture")
 """nsys options verlprof always sets itself, whatever the user wrote."""
 
+OPEN_ENDED = "--capture-range-end=repeat"
+"""An armed rank's window count: as many as requests open (no ``:N``)."""
+
 CPU_SAFE_DEFAULTS = {"sample": "none", "cpuctxsw": "none"}
 """Without a GPU, sampling and context-switch tracing hang nsys about one run in three."""
 
@@ -70,7 +73,10 @@ def nsys_argv(nsys: NsysConfig, *, options: Mapping[str, object], flags: Tuple[s
         argv += ["--capture-range=nvtx", f"--nvtx-capture={CAPTURE_RANGE}@{NVTX_DOMAIN}"]
     else:
         argv += ["--capture-range=cudaProfilerApi"]
-    argv += [f"--capture-range-end=repeat:{windows}", "--force-overwrite=true",
+    # 0 windows: an armed rank (on demand), open-ended; nsys writes its reports when asked
+    # (NsysCapture.collect) or at exit
+    argv += [f"--capture-range-end=repeat:{windows}" if windows else OPEN_ENDED,
+             "--force-overwrite=true",
              f"--output={output}"]
     return tuple(argv)
 

@@ -6,6 +6,11 @@ writes one report per window (``--capture-range-end=repeat:N``) named
 ``<group>_rank<R>_<pid>.<n>.nsys-rep`` (no ``.<n>`` when there is a single report), ``n``
 counting windows in the order they closed; the session's log of opened windows maps ``n`` back
 to steps and phases.
+
+An armed rank (``trainer.profiler.on_demand.nsys_ranks``) runs with an open-ended count
+(``--capture-range-end=repeat``): nsys 2022.4 then writes its reports only at exit, or when
+``nsys stop`` names its session (measured: the reports appear within ~0.2 s and the process
+runs on), which :meth:`NsysCapture.collect` does once the last window has closed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import capture_range, nvtx
-from verlprof.backends.nsys.cli import wait_for_reports
+from verlprof.backends.nsys.argv import OPEN_ENDED
+from verlprof.backends.nsys.cli import run_nsys, wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait, own_writer
 from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
@@ -38,6 +44,7 @@ class NsysCapture(Capture):
         self.emitter = nvtx.get_emitter()
         self._handle: Any = None
         self._fillers = 0
+        self.open_ended = OPEN_ENDED in plan.launch_argv
 
     def open(self, window: Window) -> None:
         if self.trigger == "nvtx":
@@ -69,6 +76,8 @@ class NsysCapture(Capture):
         report of this process back until it exits. The filler reports are deleted in
         :meth:`collect`.
         """
+        if self.open_ended:  # collect asks nsys for the reports; no filler needed
+            return
         for window in never_opened:
             self.open(window)
             self.close(window)
@@ -88,6 +97,7 @@ class NsysCapture(Capture):
         by_ordinal: Dict[int, str] = {}
         waited: Optional[ReportWait] = None
         total = len(opened) + self._fillers
+        stop_problem = self._stop_session() if self.open_ended and opened else ""
         if total:
             waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S,
                                       writer=own_writer())  # its agent gone: none can come
@@ -99,7 +109,7 @@ class NsysCapture(Capture):
             raw = by_ordinal.get(n)
             if raw is None:
                 out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
-                                 reason=(f"nsys could not write its report for window {n}: "
+                                 reason=stop_problem or (f"nsys could not write its report for window {n}: "
                                          f"{waited.problem}" if waited and waited.problem else
                                          f"nsys wrote no report for window {n} within "
                                          f"{timeout_s:g}s"), start_ns=record.start_ns,
@@ -108,6 +118,31 @@ class NsysCapture(Capture):
                 out.append(worker_report(record.window, raw_path=raw, status=STATUS_OK,
                                  start_ns=record.start_ns, end_ns=record.end_ns))
         return out + never_opened_reports(never_opened)
+
+
+    def _stop_session(self) -> str:
+        """Ask nsys for an open-ended session's reports (else written only at exit): ""
+        when asked, else why not (the reason of each report that then does not come)."""
+        writer = own_writer()
+        if writer is None:
+            return "not running under nsys profile; an armed rank writes no report"
+        nsys = self.plan.launch_argv[0]
+        stopped = run_nsys([nsys, "stop", f"--session={_session_name(nsys, writer.cli_pid)}"],
+                           timeout_s=60, linger_s=0)
+        if stopped.returncode != 0 or stopped.timed_out:
+            why = "timed out" if stopped.timed_out else stopped.error_line() or ""
+            return f"nsys stop of the armed session failed: {why}"
+        return ""
+
+
+def _session_name(nsys: str, cli_pid: int) -> str:
+    """The session ``nsys profile`` made: ``profile-<app>-<CLI pid>`` (``nsys sessions list``),
+    found by its pid since the app's name is nsys' choice."""
+    listed = run_nsys([nsys, "sessions", "list"], timeout_s=30, linger_s=0).stdout
+    suffix = f"-{cli_pid}"
+    return next((word for line in listed.splitlines() for word in line.split()
+                 if word.startswith("profile-") and word.endswith(suffix)),
+                f"profile-python-{cli_pid}")
 
 
 def ordinals(files: Sequence[str]) -> Dict[int, str]:
