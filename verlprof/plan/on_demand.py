@@ -120,17 +120,16 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
     problem = _tool_problem(plan, tool, group.name, request.ranks)
     if problem:
         return problem
-    request = dataclasses.replace(request, tool=tool)
     inputs = plan.built_from
     if inputs is None:
         return "this job's plan carries no inputs to plan a window from (built_from)"
     mode: Mode = "discrete" if request.discrete else "whole"
-    config = dataclasses.replace(inputs.config, tool=request.tool)
+    config = dataclasses.replace(inputs.config, tool=tool)
     by = request.requested_by or "unknown"
     processes: List[ProcessPlan] = []
     for rank in request.ranks:
         before = plan.process(group.name, rank)
-        problem = _conflict(before, group.name, rank, request, mode, steps)
+        problem = _conflict(before, group.name, rank, tool, mode, steps)
         if problem:
             return problem
         roles = before.selected_roles if before else group.roles
@@ -144,11 +143,11 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
         if before is not None:
             processes.append(dataclasses.replace(before, windows=before.windows + windows))
             continue
-        launch = get_backend(request.tool).worker_launch(config, inputs.topology, group, rank,
+        launch = get_backend(tool).worker_launch(config, inputs.topology, group, rank,
                                                         len(windows), [])
         processes.append(ProcessPlan(
             group=group.name, rank=rank, roles=group.roles, selected_roles=roles, mode=mode,
-            backend=request.tool, windows=windows, raw_dir=paths.raw_dir(
+            backend=tool, windows=windows, raw_dir=paths.raw_dir(
                 plan.output_dir, group.name, rank), world_size=group.world_size,
             capture_options=dict(launch.capture_options), window_time=plan.window_time))
     reports = tuple(w.report.path for p in processes for w in p.windows
@@ -158,7 +157,7 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
         return problem
     targets: Tuple[Target, ...] = tuple((group.name, r) for r in request.ranks)
     return Accepted(decision=CaptureDecision(
-        id=request.id, accepted=True, steps=steps, targets=targets, tool=request.tool,
+        id=request.id, accepted=True, steps=steps, targets=targets, tool=tool,
         reports=reports, at_step=step), processes=tuple(processes), steps=steps)
 
 
@@ -179,14 +178,14 @@ def _tool_problem(plan: ProfilePlan, tool: str, group: str, ranks: Sequence[int]
     return ""
 
 
-def _conflict(before: Optional[ProcessPlan], group: str, rank: int, request: CaptureRequest,
-              mode: Mode, steps: Tuple[int, ...]) -> str:
+def _conflict(before: Optional[ProcessPlan], group: str, rank: int, tool: str, mode: Mode,
+              steps: Tuple[int, ...]) -> str:
     """Why ``(group, rank)`` cannot take these windows beside what it already captures."""
     if before is None:
         return ""
-    if before.backend != request.tool:
+    if before.backend != tool:
         return (f"{group} rank {rank} is profiled with {before.backend} by the plan; "
-                f"it cannot also run {request.tool} (ask --tool {before.backend} or another rank)")
+                f"it cannot also run {tool} (ask --tool {before.backend} or another rank)")
     if before.mode != mode:
         flag = "with" if before.mode == "discrete" else "without"
         return f"{group} rank {rank} captures in {before.mode} mode; ask {flag} --discrete"

@@ -109,10 +109,11 @@ class NsysCapture(Capture):
             raw = by_ordinal.get(n)
             if raw is None:
                 out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
-                                 reason=stop_problem or (f"nsys could not write its report for window {n}: "
-                                         f"{waited.problem}" if waited and waited.problem else
-                                         f"nsys wrote no report for window {n} within "
-                                         f"{timeout_s:g}s"), start_ns=record.start_ns,
+                                 reason=stop_problem or (
+                                     f"nsys could not write its report for window {n}: "
+                                     f"{waited.problem}" if waited and waited.problem else
+                                     f"nsys wrote no report for window {n} within "
+                                     f"{timeout_s:g}s"), start_ns=record.start_ns,
                                  end_ns=record.end_ns))
             else:
                 out.append(worker_report(record.window, raw_path=raw, status=STATUS_OK,
