@@ -23,23 +23,30 @@ def verlprof(*args: str) -> list:
     return [sys.executable, "-m", "verlprof.cli", *args]
 
 
-@pytest.mark.timeout(240)
-def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
+def start_job(out, *overrides: str) -> subprocess.Popen:
+    """The demo with no planned window, taking requests once its token is written."""
     import ray
 
-    out = tmp_path / "out"
     job = subprocess.Popen(
         verlprof("demo", "--ray-address", ray.get_runtime_context().gcs_address,
                  "trainer.profile_steps=[]", "++trainer.profiler.on_demand.enabled=true",
-                 f"trainer.total_training_steps={STEPS}", "++trainer.profiler.tool=torch",
-                 f"++trainer.profiler.output_dir={out}"),
+                 f"trainer.total_training_steps={STEPS}", f"++trainer.profiler.output_dir={out}",
+                 *overrides),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / ".verlprof-on-demand.json").exists():
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            pytest.fail("the job never took requests: " + job.communicate()[0][-3000:])
+        time.sleep(0.2)
+    return job
+
+
+@pytest.mark.timeout(240)
+def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
+    out = tmp_path / "out"
+    job = start_job(out, "++trainer.profiler.tool=torch")
     try:
-        deadline = time.monotonic() + 120
-        while not (out / ".verlprof-on-demand.json").exists():
-            assert job.poll() is None, job.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the job never took requests"
-            time.sleep(0.2)
         assert (os.stat(out / ".verlprof-token").st_mode & 0o777) == 0o600
         refused = subprocess.run(verlprof("capture", str(out), "--ranks", "7"),
                                  capture_output=True, text=True, timeout=120)
@@ -64,3 +71,32 @@ def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
         ("actor_rollout_ref", 1, [first], "ok"), ("actor_rollout_ref", 1, [first + 1], "ok")]
     assert all(os.path.getsize(out / e["path"]) > 0 and e["requested_at"] for e in entries)
     assert not (out / ".verlprof-token").exists()  # gone with the job
+
+
+@pytest.mark.timeout(300)
+def test_nsys_on_an_armed_rank_of_a_running_demo(ray_cluster, tmp_path):
+    """Rank 1 is armed (open-ended nsys from launch); rank 0 is not: nsys there is refused
+    naming the key, and one nsys window on rank 1 becomes a real report in the manifest."""
+    out = tmp_path / "out"
+    job = start_job(out, "++trainer.profiler.tool=nsys",
+                    "++trainer.profiler.on_demand.nsys_ranks={actor_rollout_ref:[1]}")
+    try:
+        refused = subprocess.run(verlprof("capture", str(out), "--ranks", "0"),
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].endswith(
+            "tool: nsys needs ranks armed at launch; actor_rollout_ref rank(s) 0 are not in "
+            "trainer.profiler.on_demand.nsys_ranks (armed: 1); ask --tool torch"), refused.stderr
+        asked = subprocess.run(verlprof("capture", str(out), "--steps", "next:1", "--ranks", "1",
+                                        "--wait", "--timeout", "200"),
+                               capture_output=True, text=True, timeout=220)
+        log = job.communicate(timeout=200)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
+    assert "with nsys" in asked.stdout and "1 of 1 report(s) ok" in asked.stdout, asked.stdout
+    (entry,) = json.loads((out / "manifest.json").read_text())["reports"]
+    assert (entry["group"], entry["rank"], entry["status"]) == ("actor_rollout_ref", 1, "ok")
+    assert entry["path"].endswith(".nsys-rep") and entry["requested_by"]
+    assert os.path.getsize(out / entry["path"]) > 0
