@@ -3,9 +3,9 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller,trace`` runs a subset. ``p4`` includes P4 at
-report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M synthetic kernels
-(:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand`` runs a subset. ``p4``
+includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
+synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ SIZES = {
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
                   p4_rounds=1, scale_rounds=1),
 }
-METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace")
+METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -190,6 +190,16 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         if args.quick and not os.environ.get(p4_scale.SIZES_ENV):
             os.environ[p4_scale.SIZES_ENV] = "1"
         results += guarded("P4 trace", lambda: p4_trace.run(1 if args.quick else 3, log=log))
+    if "on-demand" in only:  # issue 28: no Ray (in-process ranks; nsys around a bare app)
+        from benchmarks import on_demand
+
+        quick = args.quick
+        results += guarded("on-demand idle", lambda: [on_demand.run_idle(
+            rounds=2 if quick else 6, steps=60 if quick else 300, warmup=10 if quick else 30,
+            log=log)])
+        results += guarded("on-demand serving", lambda: on_demand.run_serving(
+            blocks=2 if quick else 8, block_s=2.0 if quick else 6.0, probes=2 if quick else 6,
+            log=log))
     log("")
     log(table(results))
     misses = [r.metric.split(" ")[0] for r in results
