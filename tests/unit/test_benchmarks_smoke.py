@@ -132,7 +132,8 @@ def test_p4_result_from_times():
 def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
-    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace")
+    assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace",
+                       "on-demand")
 
 
 def test_p5_result_compares_entry_and_exit_with_their_own_floors():
@@ -166,3 +167,14 @@ def test_controller_scale_child_at_tiny_size():
     got = controller_scale.child(16)
     assert got["ranks"] == 16 and got["manifest_entries"] == 16 * controller_scale.STEPS
     assert got["whole_step_s"] > 0 and got["discrete_step_s"] > 0 and got["peak_rss_mb"] > 0
+
+
+def test_on_demand_launches_the_armed_plan_and_serves_at_tiny_size(tmp_path):
+    from benchmarks import on_demand
+
+    armed = on_demand.armed_plan(str(tmp_path))
+    assert armed.windows == () and "--capture-range-end=repeat" in armed.launch_argv
+    serving, latency = on_demand.run_serving(blocks=2, block_s=1.5, probes=1, log=lambda _: None)
+    assert serving.ratio is not None and serving.goal == 1.03
+    assert "refused at the desk 0" in serving.details[-1]
+    assert latency.ratio is not None and latency.goal_text == "<= 1 step"
