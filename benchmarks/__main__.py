@@ -5,7 +5,8 @@ are the issue's. A MISS is printed, never turned into a failing exit code: a ben
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
 ``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand`` runs a subset. ``p4``
 includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
-synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under ``~/.cache/verlprof-bench``.
+synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under
+``~/.cache/verlprof-bench``.
 """
 
 from __future__ import annotations
