@@ -144,8 +144,8 @@ class Bridge:
             self.manifest = self.controller.finalize()
             if get_backend(self.plan.tool).output_at_exit and self._planned:
                 self.manifest = self._collect_at_exit()
-            why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"
-                                                   for p in self.plan.processes])
+            why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"  # armed,
+                                                   for p in self.plan.processes if p.windows])
             if why is not None:  # the launcher exits 3 with it; a custom driver sees it here
                 logger.error("verlprof: %s", why)
             if active_bridge() is self:

@@ -137,7 +137,8 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _exit_if_nothing_profiled(plan: ProfilePlan) -> None:
-    selected = [f"{p.group} rank {p.rank}" for p in plan.processes]
+    # a rank armed for nsys on demand and never asked has no window to report
+    selected = [f"{p.group} rank {p.rank}" for p in plan.processes if p.windows]
     if not selected:
         return
     try:
