@@ -290,3 +290,19 @@ def test_the_token_and_where_to_ask_are_written_owner_only(tmp_path):
     assert json.loads((tmp_path / ".verlprof-on-demand.json").read_text())["actor"] == \
         "verlprof-controller-x"
     assert os.path.basename(str(token)) == ".verlprof-token"
+
+
+def test_the_plan_shows_the_armed_ranks_and_their_launch_command(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from verlprof.plan.render import render_plan
+
+    out = io.StringIO()
+    render_plan(armed_plan(tmp_path), Console(file=out, width=400))
+    text = out.getvalue()
+    assert f"armed for nsys (--tool nsys; launched under nsys with an open-ended window count): " \
+           f"{GROUP} rank 1" in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(f"  {GROUP} rank 1: ")]
+    assert "nsys profile" in line and "--capture-range-end=repeat " in line

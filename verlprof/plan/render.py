@@ -47,6 +47,11 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_text(("On demand", "bold"), ": the running job takes capture requests "
                             f"(verlprof capture {plan.output_dir} --steps next:N)."),
                       soft_wrap=True)
+        armed = ", ".join(f"{group} rank {r}" for group, ranks in
+                          plan.on_demand.nsys_ranks.items() for r in ranks)
+        if armed:
+            console.print(_text(f"  armed for nsys (--tool nsys; launched under nsys with an "
+                                f"open-ended window count): {armed}"), soft_wrap=True)
     if plan.enabled and plan.step_windows:
         windows = ", ".join(f"[{_steps_text(w)}]" for w in plan.step_windows)
         release = f" verl={plan.verl_release}" if plan.verl_release else ""
@@ -61,6 +66,8 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_ranks_table(plan))
         _print_commands(plan, console)
         console.print(_files_table(plan))
+    elif plan.on_demand.nsys_ranks:  # armed ranks, nothing planned: their launch commands
+        _print_commands(plan, console)
     for line in unprofiled_lines(plan) + finish_hook_lines(plan):
         console.print(_text(line), soft_wrap=True)
     for warning in plan.warnings:
