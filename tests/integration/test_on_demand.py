@@ -42,26 +42,32 @@ def start_job(out, *overrides: str) -> subprocess.Popen:
     return job
 
 
+def refuse_then_ask(job, out, refused_args, asked_args):
+    """One request that is refused, one with ``--wait``; then the job's end (killed if it
+    outlives the test). Returns (refused, asked, the job's log)."""
+    try:
+        refused = subprocess.run(verlprof("capture", str(out), *refused_args),
+                                 capture_output=True, text=True, timeout=120)
+        asked = subprocess.run(verlprof("capture", str(out), *asked_args, "--wait", "--timeout",
+                                        "180"), capture_output=True, text=True, timeout=200)
+        log = job.communicate(timeout=200)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
+    return refused, asked, log
+
+
 @pytest.mark.timeout(240)
 def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
     out = tmp_path / "out"
     job = start_job(out, "++trainer.profiler.tool=torch")
-    try:
-        assert (os.stat(out / ".verlprof-token").st_mode & 0o777) == 0o600
-        refused = subprocess.run(verlprof("capture", str(out), "--ranks", "7"),
-                                 capture_output=True, text=True, timeout=120)
-        assert refused.returncode == 2
-        line = refused.stderr.strip().splitlines()[-1]
-        assert line.startswith("verlprof: capture refused at step ") and line.endswith(
-            ": ranks: actor_rollout_ref has ranks 0-1; 7 do not exist"), refused.stderr
-        asked = subprocess.run(verlprof("capture", str(out), "--steps", "next:2", "--ranks", "1",
-                                        "--tool", "torch", "--wait", "--timeout", "180"),
-                               capture_output=True, text=True, timeout=200)
-        log = job.communicate(timeout=120)[0]
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
+    refused, asked, _ = refuse_then_ask(job, out, ["--ranks", "7"],
+                                        ["--steps", "next:2", "--ranks", "1", "--tool", "torch"])
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith("verlprof: capture refused at step ") and line.endswith(
+        ": ranks: actor_rollout_ref has ranks 0-1; 7 do not exist"), refused.stderr
     assert "accepted at step" in asked.stdout and "2 of 2 report(s) ok" in asked.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     entries = [e for e in manifest["reports"] if e["requested_by"]]
@@ -80,21 +86,11 @@ def test_nsys_on_an_armed_rank_of_a_running_demo(ray_cluster, tmp_path):
     out = tmp_path / "out"
     job = start_job(out, "++trainer.profiler.tool=nsys",
                     "++trainer.profiler.on_demand.nsys_ranks={actor_rollout_ref:[1]}")
-    try:
-        refused = subprocess.run(verlprof("capture", str(out), "--ranks", "0"),
-                                 capture_output=True, text=True, timeout=120)
-        assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert refused.stderr.strip().splitlines()[-1].endswith(
-            "tool: nsys needs ranks armed at launch; actor_rollout_ref rank(s) 0 are not in "
-            "trainer.profiler.on_demand.nsys_ranks (armed: 1); ask --tool torch"), refused.stderr
-        asked = subprocess.run(verlprof("capture", str(out), "--steps", "next:1", "--ranks", "1",
-                                        "--wait", "--timeout", "200"),
-                               capture_output=True, text=True, timeout=220)
-        log = job.communicate(timeout=200)[0]
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
+    refused, asked, _ = refuse_then_ask(job, out, ["--ranks", "0"],
+                                        ["--steps", "next:1", "--ranks", "1"])
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "tool: nsys needs ranks armed at launch; actor_rollout_ref rank(s) 0 are not in "
+        "trainer.profiler.on_demand.nsys_ranks (armed: 1); ask --tool torch"), refused.stderr
     assert "with nsys" in asked.stdout and "1 of 1 report(s) ok" in asked.stdout, asked.stdout
     (entry,) = json.loads((out / "manifest.json").read_text())["reports"]
     assert (entry["group"], entry["rank"], entry["status"]) == ("actor_rollout_ref", 1, "ok")
