@@ -43,17 +43,22 @@ def start_job(out, *overrides: str) -> subprocess.Popen:
 
 
 def refuse_then_ask(job, out, refused_args, asked_args):
-    """One request that is refused, one with ``--wait``; then the job's end (killed if it
-    outlives the test). Returns (refused, asked, the job's log)."""
+    """One request that is refused and one with ``--wait``, sent at once (each client's start
+    takes seconds on a busy machine: one after the other could miss the job); then the job's
+    end (killed if it outlives the test). Returns (refused, asked, the job's log)."""
+    clients = []
     try:
-        refused = subprocess.run(verlprof("capture", str(out), *refused_args),
-                                 capture_output=True, text=True, timeout=120)
-        asked = subprocess.run(verlprof("capture", str(out), *asked_args, "--wait", "--timeout",
-                                        "180"), capture_output=True, text=True, timeout=200)
+        for args in (refused_args, [*asked_args, "--wait", "--timeout", "180"]):
+            clients.append(subprocess.Popen(verlprof("capture", str(out), *args), text=True,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        refused, asked = (subprocess.CompletedProcess(c.args, 0, *c.communicate(timeout=200))
+                          for c in clients)
+        refused.returncode, asked.returncode = (c.returncode for c in clients)
         log = job.communicate(timeout=200)[0]
     finally:
-        if job.poll() is None:
-            job.kill()
+        for process in (job, *clients):
+            if process.poll() is None:
+                process.kill()
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
     return refused, asked, log
