@@ -23,7 +23,8 @@ GROUP = "g"
 
 
 def _packets(path: str) -> list:
-    data, at, out = open(path, "rb").read(), 0, []
+    with open(path, "rb") as handle:
+        data, at, out = handle.read(), 0, []
     while at < len(data):
         assert data[at] == 0x0A
         at, size, shift = at + 1, 0, 0
