@@ -114,3 +114,27 @@ def test_an_inline_name_falls_back_to_sqlite_from_a_clean_part(tmp_path, monkeyp
     assert sorted(_packets(mixed.path)) == sorted(_packets(sql.path))
     assert mixed.written == sql.written
     assert mixed.written.slices == 6007
+
+
+def test_the_report_writes_the_trace_once_and_leaves_a_large_run_to_verlprof_trace(
+        tmp_path, monkeypatch, capsys):
+    from verlprof.trace import cli
+
+    run = _run(str(tmp_path / "run"), inline=False)
+    trace = os.path.join(run, "summary", "trace.pftrace")
+    cli.trace_for_report(run)
+    assert "6,006 ranges" in capsys.readouterr().out
+    written = os.stat(trace).st_mtime_ns
+    cli.trace_for_report(run)  # nothing changed: kept
+    assert "newer than the run's reports: kept" in capsys.readouterr().out
+    assert os.stat(trace).st_mtime_ns == written
+    os.utime(os.path.join(run, "manifest.json"), ns=(written + 10**9, written + 10**9))
+    cli.trace_for_report(run)  # the manifest changed: written again
+    assert "6,006 ranges" in capsys.readouterr().out
+    os.unlink(trace)
+    monkeypatch.setattr(cli, "REPORT_TRACE_LIMIT_BYTES", -1)  # its report file is empty
+    cli.trace_for_report(run)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("trace: not written by verlprof report for reports of 0 MB")
+    assert f"`verlprof trace {run}` writes it" in lines[0] and lines[1].startswith("  clocks")
+    assert not os.path.exists(trace)

@@ -153,14 +153,14 @@ def run_report_command(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace, manifest) -> None:
-    """The run's trace (its line states the clocks' largest error bound), or that bound
+    """The run's trace (its line states the clocks' largest error bound; see
+    :func:`~verlprof.trace.cli.trace_for_report` for when it is left as it is), or that bound
     alone with ``--no-trace``; a trace that cannot be written never fails the report."""
-    from verlprof.trace.cli import trace_or_error
+    from verlprof.trace.cli import trace_for_report
     from verlprof.trace.clock import clock_summary
-    from verlprof.trace.tracks import Filters
 
     if getattr(args, "trace", True):
-        trace_or_error(args.output_dir, Filters(), manifest=manifest)
+        trace_for_report(args.output_dir, manifest)
     elif manifest is not None:
         print(clock_summary(manifest).line())
 
