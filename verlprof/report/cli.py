@@ -76,7 +76,8 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                              "timeline_steps.png)")
     parser.add_argument("--no-trace", dest="trace", action="store_false",
                         help="skip summary/trace.pftrace, the Perfetto trace of the whole run "
-                             "(verlprof trace writes it with filters)")
+                             "(written when the reports hold up to 100 MB together, kept when "
+                             "newer than them; verlprof trace writes it with filters)")
     parser.add_argument("--memory-budget", metavar="SIZE", default=None,
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
