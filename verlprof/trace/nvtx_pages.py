@@ -109,6 +109,9 @@ class NvtxPages:
             self.conn.execute("BEGIN")
             self.conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
             self.pages = TablePages(self.conn, path, "NVTX_EVENTS", COLUMNS, present=("text",))
+        except sqlite3.Error as err:  # an older SQLite without sqlite_schema, say
+            self._opened.__exit__(None, None, None)
+            raise NotPlain(f"NVTX_EVENTS: {err}") from err
         except BaseException as err:
             self._opened.__exit__(type(err), err, err.__traceback__)
             raise
