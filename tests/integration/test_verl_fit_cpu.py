@@ -173,3 +173,39 @@ def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_clus
     phases = {(r.group, r.rank, r.role, r.phase) for r in summary.rows}
     assert ("rollout_replicas", 0, "rollout", "generate") in phases
     assert ("global_pool", 0, "actor", "update_actor") in phases
+
+
+@pytest.mark.parametrize("mode,tool", [("standalone", "torch"), ("colocated", "nsys")])
+def test_bridged_replica_in_mode_writes_its_generation_per_step(ray_cluster, tmp_path, mode,
+                                                                tool):
+    """The bridge attached in a driver that runs verl's LLMServerManager itself: the selected
+    replica's server (standalone: its engine in a process the server spawns) writes one report
+    per step holding each request of the step, with torch (in-process) and nsys alike."""
+    import gzip
+
+    from tests.integration.apps.verl_cpu_rollout import run_generation
+    from tests.integration.runtime_helpers import nvtx_names
+
+    if tool == "nsys":
+        from tests.helpers import require_nsys
+
+        require_nsys()
+    profiler = [o.replace("global_profiler.tool=nsys", f"global_profiler.tool={tool}")
+                for o in BRIDGED]
+    result = run_generation(mode, [*profiler, *([SPAWN_ENGINE] if mode == "standalone" else [])],
+                            str(tmp_path), bridged=True)
+    assert result["global_steps"] == STEPS
+    _, server = _only_server(result)
+    entries = [e for e in result["manifest"]["reports"] if e["group"] == "rollout_replicas"]
+    assert [(e["rank"], e["steps"], e["status"]) for e in entries] == [
+        (0, (1,), "ok"), (0, (2,), "ok")], result["manifest"]["reports"]
+    for entry in entries:
+        path = str(tmp_path / entry["path"])
+        if tool == "nsys":
+            assert nvtx_names(path) == {"rollout/generate": BATCH * N}
+        else:
+            with gzip.open(path, "rt") as handle:
+                events = json.load(handle)["traceEvents"]
+            assert sum(e.get("name") == "rollout/generate" for e in events) == BATCH * N
+    pids = {(p["group"], p["rank"]): p["pid"] for p in result["manifest"]["processes"]}
+    assert pids[("rollout_replicas", 0)] == server["pid"]

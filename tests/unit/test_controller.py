@@ -533,3 +533,47 @@ def test_exception_then_retry_of_the_same_step(tmp_path):
     with controller.step(2):
         pass
     assert calls[-1] == ("verlprof_finalize", 30.0)
+
+
+def test_a_replica_that_dies_mid_window_loses_only_its_own_reports(tmp_path):
+    """A rollout replica (a served model's group: one rank per replica, whole-step windows)
+    dies while its step-2 window is open: the training rank and the other replica complete,
+    and the manifest names the replica that died and why."""
+    from verlprof.config.topology import GroupTopology
+
+    topology = Topology(groups=(GroupTopology("actor_rollout_ref", ("actor",), 1),
+                                GroupTopology("rollout_replicas", ("rollout",), 2,
+                                              rank_span=1, engine="stand-in")), cuda=False)
+    plan = build_plan(ProfilingConfig(steps=(1, 2, 3), tool="torch", output_dir=str(tmp_path),
+                                      components=ComponentsConfig(
+                                          actor=ComponentConfig(ranks=(0,)),
+                                          rollout=ComponentConfig(ranks=(0, 1)))), topology)
+    assert [(p.group, p.rank, p.mode) for p in plan.processes] == [
+        ("actor_rollout_ref", 0, "whole"), ("rollout_replicas", 0, "whole"),
+        ("rollout_replicas", 1, "whole")]
+    rpc = Sent()
+    controller = ProfileController(plan, rpc=rpc, echo=False, preflight=False,
+                                   handle_signals=False)
+    trainer, replicas = Rank(0), [Rank(0), Rank(1)]
+    controller.register_group("actor_rollout_ref", [trainer])
+    controller.register_group("rollout_replicas", replicas)
+    for step in (1, 2, 3):
+        with controller.step(step):
+            phases([trainer, *replicas])
+            if step == 2:
+                rpc.kill(("rollout_replicas", 1), "SIGKILL")  # in its open window
+    manifest = controller.finalize()
+    by = {(e.group, e.rank): [] for e in manifest.reports}
+    for entry in manifest.reports:
+        by[(entry.group, entry.rank)].append((entry.steps, entry.status))
+    assert by[("actor_rollout_ref", 0)] == [((s,), "ok") for s in (1, 2, 3)]
+    assert by[("rollout_replicas", 0)] == [((s,), "ok") for s in (1, 2, 3)]
+    # never handed over (its step-1 report too): every entry of it missing, with the reason
+    assert by[("rollout_replicas", 1)] == [((s,), "missing") for s in (1, 2, 3)]
+    why = "worker process died (RankDied: SIGKILL)"
+    assert {e.reason for e in manifest.reports if e.group == "rollout_replicas"
+            and e.rank == 1} == {why}
+    assert controller.failed_ranks == {("rollout_replicas", 1): why}
+    assert any(w.startswith("rollout_replicas rank 1: ") and why in w
+               for w in manifest.warnings)
+    rpc.close()

@@ -250,7 +250,10 @@ def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                        launch_env=dict(launch.env),
                        raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
                        world_size=group.world_size,
-                       capture_options=dict(launch.capture_options),
+                       # a served model's server answers requests on its event loop, not on
+                       # the thread its windows open from: an in-process profiler follows all
+                       capture_options={**launch.capture_options,
+                                        **({"all_threads": True} if group.served else {})},
                        window_time=window_time)
 
 

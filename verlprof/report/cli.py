@@ -76,7 +76,8 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
                              "timeline_steps.png)")
     parser.add_argument("--no-trace", dest="trace", action="store_false",
                         help="skip summary/trace.pftrace, the Perfetto trace of the whole run "
-                             "(verlprof trace writes it with filters)")
+                             "(written when the reports hold up to 100 MB together, kept when "
+                             "newer than them; verlprof trace writes it with filters)")
     parser.add_argument("--memory-budget", metavar="SIZE", default=None,
                         help="memory the report readers may use together, e.g. 4G or 512M "
                              "(default 4G, for a 16 GB laptop; VERLPROF_MEMORY_BUDGET); it "
@@ -153,14 +154,14 @@ def run_report_command(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace, manifest) -> None:
-    """The run's trace (its line states the clocks' largest error bound), or that bound
+    """The run's trace (its line states the clocks' largest error bound; see
+    :func:`~verlprof.trace.cli.trace_for_report` for when it is left as it is), or that bound
     alone with ``--no-trace``; a trace that cannot be written never fails the report."""
-    from verlprof.trace.cli import trace_or_error
+    from verlprof.trace.cli import trace_for_report
     from verlprof.trace.clock import clock_summary
-    from verlprof.trace.tracks import Filters
 
     if getattr(args, "trace", True):
-        trace_or_error(args.output_dir, Filters(), manifest=manifest)
+        trace_for_report(args.output_dir, manifest)
     elif manifest is not None:
         print(clock_summary(manifest).line())
 

@@ -107,6 +107,55 @@ def trace_or_error(output_dir: str, filters: Filters, out: Optional[str] = None,
     return EXIT_OK, result
 
 
+REPORT_TRACE_LIMIT_BYTES = 100 * 10**6
+"""Reports larger than this together: ``verlprof report`` leaves the trace to ``verlprof
+trace`` and its filters. A trace is about 4.5 bytes per byte of NVTX-dense nsys reports (the
+benchmark's 4 x 20 MB reports: 354 MiB, 6.4 M ranges, written in 4.5 s), so this keeps the
+report's trace under about 450 MB and its cost under a few seconds; docs/user_guide.md#sizes."""
+
+
+def trace_for_report(output_dir: str, manifest=None) -> None:
+    """The trace as ``verlprof report`` writes it: all of it, unless the run is too large
+    for a trace nobody asked to filter (:data:`REPORT_TRACE_LIMIT_BYTES`) or the one there is
+    newer than the manifest and every report (a second report of the same run rewrites
+    nothing); each case says so in one line, with the clocks' error bound."""
+    import os
+
+    from verlprof import paths
+    from verlprof.manifest import read_manifest
+    from verlprof.trace.clock import clock_summary
+
+    try:
+        manifest = read_manifest(output_dir) if manifest is None else manifest
+    except ValueError:
+        manifest = None
+    if manifest is None:  # the report has said why already; the trace says it too
+        trace_or_error(output_dir, Filters())
+        return
+    target = os.path.join(output_dir, paths.SUMMARY_DIR, TRACE_NAME)
+    inputs = [os.path.join(output_dir, paths.MANIFEST_NAME)]
+    for entry in manifest.reports:
+        try:
+            inputs.append(paths.inside(output_dir, entry.path))
+        except ValueError:
+            continue
+    stats = [os.stat(p) for p in inputs if os.path.isfile(p)]
+    total = sum(s.st_size for s in stats[1:])
+    shown = visible(output_dir)
+    if total > REPORT_TRACE_LIMIT_BYTES:
+        print(f"trace: not written by verlprof report for reports of {total / 1e6:,.0f} MB "
+              f"(a trace of about {4.5 * total / 2**20:,.0f} MiB): `verlprof trace {shown}` "
+              "writes it, --steps/--ranks/--min-duration-us keep it smaller")
+    elif os.path.isfile(target) and \
+            os.stat(target).st_mtime_ns >= max(s.st_mtime_ns for s in stats):
+        print(f"trace: {visible(target)} (newer than the run's reports: kept; `verlprof "
+              f"trace {shown}` writes it again)")
+    else:
+        trace_or_error(output_dir, Filters(), manifest=manifest)
+        return
+    print(f"  {clock_summary(manifest).line()}")
+
+
 def run_trace_command(args: argparse.Namespace) -> int:
     """``verlprof trace``: 0 when written, 2 for a directory without a manifest, 1 when the
     trace cannot be written."""

@@ -5,13 +5,14 @@ Every NVTX range of every domain goes on its thread's track (verlprof's ``<role>
 ``step/<n>`` ranges, ``record_function`` ranges, the user's own); with GPU tables, kernels and
 memcpys go on one track per GPU stream, each with the CUDA runtime call that launched it on its
 thread and an arrow from the call to the kernel (the export links them by ``correlationId``).
-Rows come from SQLite cursors one at a time: memory does not grow with the report.
+NVTX rows come as numpy columns from the export's pages (or in lists from SQLite), GPU rows
+from SQLite cursors one at a time: memory does not grow with the report.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from verlprof.backends.nsys.gpu_plan import KERNEL_TABLE, MEMCPY_TABLE, RUNTIME_TABLE
 from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
@@ -24,7 +25,9 @@ from verlprof.backends.nsys.sqlite import (
     open_export,
     report_time_bounds,
 )
+from verlprof.backends.nsys.sqlite_pages import NotPlain
 from verlprof.backends.reading import ReportReadError
+from verlprof.trace.nvtx_pages import NvtxPages, Ranges
 from verlprof.trace.tracks import ProcessTracks
 from verlprof.trace.writer import NINE_BYTES as _NINE_BYTES
 from verlprof.trace.writer import TEN_BYTES as _TEN_BYTES
@@ -52,77 +55,126 @@ def nsys_events(report: str, tracks: ProcessTracks, timeout_s: float = 300.0) ->
 
 
 def _nvtx(sqlite_path: str, base: int, tracks: ProcessTracks) -> int:
-    """Every NVTX range and mark of every domain on its thread's track. The rows come in
-    lists, never as an object per range (a report holds millions): the plain ranges of a list
-    are filtered and encoded by numpy (:meth:`TraceWriter.plain_slices`), the few others (the
-    window, step ranges, marks, ranges left open) one by one."""
-    import numpy as np
-
+    """Every NVTX range and mark of every domain on its thread's track, never as an object per
+    range (a report holds millions): read as numpy columns from the export's pages
+    (:mod:`verlprof.trace.nvtx_pages`), or, where those cannot be decoded exactly, in lists
+    from SQLite; the plain ranges are filtered and encoded by numpy
+    (:meth:`TraceWriter.plain_slices`), the few others (the window, step ranges, marks, ranges
+    left open) one by one."""
     batches = iter_nvtx_ranges(sqlite_path, include_marks=True,
                                event_types=RANGE_EVENT_TYPES, raw=True)
     domains = next(batches, None)
     if domains is None:
         return 0
-    shift = base - tracks.alignment.offset_ns  # session time -> the controller's clock
-    shortest = tracks.filters.min_duration_ns
-    lo, hi = tracks.clip if tracks.clip is not None else (-(1 << 63), (1 << 63) - 1)
-    keys: Dict[Tuple[Any, Any, Any], int] = {}  # (text, domain id, globalTid) -> template
-    special: Dict[int, Tuple[int, str, str]] = {}  # negative numbers: (track, text, domain)
-    writer = tracks.writer
+    encode = _Encoder(base, tracks, domains)
+    mark = tracks.mark()
+    try:
+        with NvtxPages(sqlite_path) as pages:  # ``batches`` stays for the fallback below
+            read = 0
+            for rows in pages.ranges(RANGE_EVENT_TYPES + (EVENT_MARK,)):
+                read += len(rows)
+                encode.columns(rows, pages)
+            return read
+    except NotPlain:
+        tracks.rewind(mark)  # what the pages gave so far is written again below
+    encode = _Encoder(base, tracks, domains)
     read = 0
     for batch in batches:
         read += len(batch)
-        if writer.forget_templates():
-            keys.clear()
+        encode.rows(batch)
+    return read
+
+
+class _Encoder:
+    """Ranges to the writer in numpy batches (:meth:`columns`, :meth:`rows`)."""
+
+    def __init__(self, base: int, tracks: ProcessTracks, domains: Dict[int, str]):
+        self.base, self.tracks, self.domains = base, tracks, domains
+        self.shift = base - tracks.alignment.offset_ns  # session time -> the controller's
+        self.keys: Dict[Tuple[Any, Any, Any], int] = {}  # (text, domain, globalTid) -> number
+        self.special: Dict[int, Tuple[int, str, str]] = {}  # negative: (track, text, domain)
+
+    def columns(self, rows: Ranges, pages: NvtxPages) -> None:
+        """Rows decoded from the pages: their names joined by ``textId``, once per distinct
+        (textId, domain, thread) of the batch."""
+        import numpy as np
+
+        if self.tracks.writer.forget_templates():
+            self.keys.clear()
+        triples, inverse = rows.distinct()
+        found = [self.keys.get(k) for k in triples]
+        new = [i for i, n in enumerate(found) if n is None]
+        names = pages.texts([triples[i][0] for i in new])
+        for i, raw in zip(new, names):
+            text_id, dom, gtid = triples[i]
+            found[i] = self.keys[triples[i]] = self._template((raw, dom, gtid))
+        numbers = np.array(found, dtype=np.int64)[inverse]
+        self._encode(numbers, rows.start, rows.end, rows.open, rows.kind)
+
+    def rows(self, batch: List[Tuple[Any, ...]]) -> None:
+        """Rows as SQLite gives them: ``(text, start, end or None, domain, globalTid,
+        eventType)``."""
+        import numpy as np
+
+        if self.tracks.writer.forget_templates():
+            self.keys.clear()
         texts, starts, ends, doms, tids, kinds = zip(*batch)
-        rows = list(zip(texts, doms, tids))
-        for key in set(rows).difference(keys):
-            keys[key] = _template(key, domains, tracks, special)
-        numbers = np.fromiter(map(keys.__getitem__, rows), dtype=np.int64, count=len(rows))
-        begin = np.array(starts, dtype=np.int64) + shift
-        kind = np.array(kinds, dtype=np.int64)
-        plain = (numbers >= 0) & (kind != EVENT_MARK)
-        if None in ends:
-            plain &= np.array([e is not None for e in ends])
-        finish = np.array([e if e is not None else s for e, s in zip(ends, starts)]
-                          if None in ends else ends, dtype=np.int64) + shift
-        plain &= (finish - begin >= shortest) & (finish >= lo) & (begin <= hi)
+        keys = list(zip(texts, doms, tids))
+        for key in set(keys).difference(self.keys):
+            self.keys[key] = self._template(key)
+        numbers = np.fromiter(map(self.keys.__getitem__, keys), dtype=np.int64,
+                              count=len(keys))
+        start = np.array(starts, dtype=np.int64)
+        is_open = np.array([e is None for e in ends]) if None in ends else \
+            np.zeros(len(ends), dtype=bool)
+        end = np.array([e if e is not None else s for e, s in zip(ends, starts)]
+                       if None in ends else ends, dtype=np.int64)
+        self._encode(numbers, start, end, is_open, np.array(kinds, dtype=np.int64))
+
+    def _encode(self, numbers: Any, start: Any, end: Any, is_open: Any, kind: Any) -> None:
+        import numpy as np
+
+        tracks, writer = self.tracks, self.tracks.writer
+        lo, hi = tracks.clip if tracks.clip is not None else (-(1 << 63), (1 << 63) - 1)
+        begin, finish = start + self.shift, end + self.shift
+        plain = (numbers >= 0) & (kind != EVENT_MARK) & ~is_open
+        plain &= (finish - begin >= tracks.filters.min_duration_ns) & (finish >= lo) & \
+            (begin <= hi)
         fits = plain & (begin >= _NINE_BYTES) & (finish < _TEN_BYTES) & (finish >= begin)
         if fits.any():
             writer.plain_slices(numbers[fits], begin[fits], finish[fits])
         todo = ~fits & ((numbers < 0) | (kind == EVENT_MARK) | plain)
         for i in np.flatnonzero(todo).tolist():
-            _one(batch[i], int(numbers[i]), bool(plain[i]), base, tracks, special, writer)
-    return read
+            self._one(int(start[i]), None if is_open[i] else int(end[i]), int(kind[i]),
+                      int(numbers[i]), bool(plain[i]))
 
+    def _template(self, key: Tuple[Any, Any, Any]) -> int:
+        """The writer's template number of a (text, domain id, globalTid); negative for the
+        ranges the filters always keep (the window, step ranges), written one by one."""
+        raw, dom, gtid = key
+        tracks = self.tracks
+        track = tracks.thread((gtid or 0) & _LOW24)
+        domain = self.domains.get(dom or 0, f"<domain {dom}>") or "nvtx"
+        text = bytes(raw).decode("utf-8", "replace") if raw else ""
+        if text == CAPTURE_RANGE or text.startswith("step/"):
+            self.special[-1 - len(self.special)] = (track, text, domain)
+            return -len(self.special)
+        return tracks.writer.template(track, text, domain)
 
-def _template(key: Tuple[Any, Any, Any], domains: Dict[int, str], tracks: ProcessTracks,
-              special: Dict[int, Tuple[int, str, str]]) -> int:
-    """The writer's template number of a (text, domain id, globalTid); negative for the
-    ranges the filters always keep (the window, step ranges), written one by one."""
-    raw, dom, gtid = key
-    track = tracks.thread((gtid or 0) & _LOW24)
-    domain = domains.get(dom or 0, f"<domain {dom}>") or "nvtx"
-    text = bytes(raw).decode("utf-8", "replace") if raw else ""
-    if text == CAPTURE_RANGE or text.startswith("step/"):
-        special[-1 - len(special)] = (track, text, domain)
-        return -len(special)
-    return tracks.writer.template(track, text, domain)
-
-
-def _one(row: Tuple[Any, ...], number: int, plain: bool, base: int, tracks: ProcessTracks,
-         special: Dict[int, Tuple[int, str, str]], writer: Any) -> None:
-    """One row the batch path did not write: a mark, the window or a step range (kept
-    whatever the filters), a range left open (dropped), a time outside 2002-2262."""
-    _, start, end, _, _, kind = row
-    if start is None or (end is None and kind != EVENT_MARK):
-        return  # still open when the capture stopped
-    track, name, domain = special[number] if number < 0 else writer.template_key(number)
-    if kind == EVENT_MARK:
-        tracks.instant(track, name, base + start, category=domain)
-    elif number < 0 or plain:
-        tracks.range(track, name, base + start, base + end, category=domain,
-                     keep_short=number < 0)
+    def _one(self, start: int, end: Optional[int], kind: int, number: int,
+             plain: bool) -> None:
+        """One row the batch path did not write: a mark, the window or a step range (kept
+        whatever the filters), a range left open (dropped), a time outside 2002-2262."""
+        if end is None and kind != EVENT_MARK:
+            return  # still open when the capture stopped
+        tracks, base = self.tracks, self.base
+        track, name, domain = self.special[number] if number < 0 else \
+            tracks.writer.template_key(number)
+        if kind == EVENT_MARK:
+            tracks.instant(track, name, base + start, category=domain)
+        elif end is not None and (number < 0 or plain):
+            tracks.range(track, name, base + start, base + end, category=domain,
+                         keep_short=number < 0)
 
 
 def _gpu(conn: sqlite3.Connection, table: str, runtime: bool, base: int,

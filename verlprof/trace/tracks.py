@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from itertools import count
-from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from verlprof.trace.clock import Alignment
 from verlprof.trace.writer import Arg, TraceWriter
@@ -103,6 +103,15 @@ class ProcessTracks:
     def stream(self, device: object, stream: object) -> int:
         return self.child("stream", f"{device}/{stream}", f"GPU {device} stream {stream}",
                           rank=20)
+
+    def mark(self) -> Tuple[Any, Dict[Tuple[str, str], int]]:
+        """What :meth:`rewind` goes back to: the file's end and the child tracks made."""
+        return self.writer.mark(), dict(self._children)
+
+    def rewind(self, mark: Tuple[Any, Dict[Tuple[str, str], int]]) -> None:
+        """Forget what was written after :meth:`mark`, child tracks included."""
+        self.writer.rewind(mark[0])
+        self._children = dict(mark[1])
 
     def range(self, track: int, name: str, start_ns: int, end_ns: int, category: str = "",
               args: Optional[Mapping[str, Arg]] = None, flow_out: Optional[int] = None,

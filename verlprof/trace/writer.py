@@ -286,6 +286,17 @@ class TraceWriter:
         written.packets += 2 * len(templates)
         written.slices += len(templates)
 
+    def mark(self) -> Tuple[int, Written]:
+        """Where the file is now, for :meth:`rewind` (the file must be seekable)."""
+        return self._out.tell(), Written(**vars(self.written))
+
+    def rewind(self, mark: Tuple[int, Written]) -> None:
+        """Drop what was written after :meth:`mark` (kept encodings stay valid)."""
+        at, written = mark
+        self._out.seek(at)
+        self._out.truncate()
+        self.written = Written(**vars(written))
+
     def instant(self, track: int, name: str, at_ns: int, category: str = "",
                 args: Optional[Mapping[str, Arg]] = None) -> None:
         """A point in time on ``track`` (a step boundary, a gap without a window)."""
@@ -296,8 +307,6 @@ class TraceWriter:
             event += _annotation(key, value)
         self._packet(_bytes(11, event), at_ns)
         self.written.instants += 1
-
-
 
 
 class _Discard:

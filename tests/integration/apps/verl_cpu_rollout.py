@@ -63,7 +63,8 @@ class ColocatedLLMServerManager(LLMServerManager):
 
 @ray.remote(num_cpus=0)
 class CpuRolloutRunner:
-    def run(self, mode: Mode, overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
+    def run(self, mode: Mode, overrides: Sequence[str], save_path: str,
+            bridged: bool = False) -> Dict[str, Any]:
         import importlib
 
         import numpy as np
@@ -85,6 +86,11 @@ class CpuRolloutRunner:
                           "actor_rollout_ref.rollout.n_gpus_per_node=1", *overrides], save_path)
         model = omega_conf_to_dataclass(config.actor_rollout_ref.model,
                                         dataclass_type=HFModelConfig)
+        bridge = None
+        if bridged:  # verlprof's bridge, attached as a custom driver attaches it (docs/verl.md)
+            from verlprof.bridges.verl import attach
+
+            bridge = attach(config, preflight="quick", echo=False)
         training_pids: Dict[str, Any] = {}
         pools = ResourcePoolManager(resource_pool_spec={"global_pool": [1]}, mapping={},
                                     max_colocate_count=2)
@@ -121,14 +127,20 @@ class CpuRolloutRunner:
                                  interleave=True)
             if step in profiled:
                 manager.start_profile()
+            if bridge is not None:  # what the bridge makes of fit's _start_profiling
+                bridge.begin_step(step)
             agent_loop.generate_sequences(batch)
             checkpoint.sleep_replicas()
+            if bridge is not None:
+                bridge.end_step(step)
             if step in profiled:
                 manager.stop_profile()
             checkpoint.wake_up_replicas()
             steps = step
         observed = {"global_steps": steps, "training_pids": training_pids,
                     "replicas": replicas_observed(replicas)}
+        if bridge is not None:
+            observed["manifest"] = bridge.finish().to_dict()
         for replica in replicas:
             if replica.resource_pool is not None:
                 for pg in replica.resource_pool.pgs or []:
@@ -139,12 +151,15 @@ class CpuRolloutRunner:
         return observed
 
 
-def run_generation(mode: Mode, overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
+def run_generation(mode: Mode, overrides: Sequence[str], save_path: str,
+                   bridged: bool = False) -> Dict[str, Any]:
     """``STEPS`` generation phases with the actor rollout in ``mode``; the dict of ``run_fit``
-    (``training_pids`` holds the colocated training process; empty for standalone)."""
+    (``training_pids`` holds the colocated training process; empty for standalone). With
+    ``bridged``, verlprof's bridge is attached in the driver and each step is a
+    ``controller.step``; the dict then holds the run's ``manifest``."""
     os.makedirs(save_path, exist_ok=True)
     runner = CpuRolloutRunner.remote()
     try:
-        return ray.get(runner.run.remote(mode, list(overrides), save_path))
+        return ray.get(runner.run.remote(mode, list(overrides), save_path, bridged))
     finally:
         ray.kill(runner)

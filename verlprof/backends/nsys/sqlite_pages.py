@@ -57,6 +57,8 @@ class Chunk:
     """Per asked column, int64 values (0 where NULL)."""
     nulls: Tuple[Any, ...]
     """Per asked column, a bool array (True where NULL), or None when no row is NULL."""
+    present: Tuple[Any, ...] = ()
+    """Per column asked as ``present``, a bool array: True where not NULL (of any type)."""
 
     def __len__(self) -> int:
         return len(self.values[0]) if self.values else 0
@@ -66,7 +68,9 @@ class TablePages:
     """A rowid table's leaf pages in rowid order, and their decoding into :class:`Chunk`."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, table: str,
-                 columns: Sequence[str]) -> None:
+                 columns: Sequence[str], present: Sequence[str] = ()) -> None:
+        """``columns``: integer columns to decode; ``present``: columns of any type of which
+        only whether they are NULL is wanted (text that rules a row out, say)."""
         self.fd = os.open(path, os.O_RDONLY)
         try:
             header = os.pread(self.fd, HEADER_BYTES, 0)
@@ -78,6 +82,8 @@ class TablePages:
             self.page_size = 65536 if size == 1 else size
             self.usable = self.page_size - header[20]
             self.index = self._column_index(conn, table, columns)
+            self.present = self._column_index(conn, table, present)
+            self.reach = max(self.index + self.present, default=0)
             root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND "
                                 "name = ?", (table,)).fetchone()
             if not root or not root[0]:
@@ -145,7 +151,8 @@ class TablePages:
                 null = kind == 0 if low == 0 else None
             values.append(value)
             nulls.append(null)
-        return Chunk(values=tuple(values), nulls=tuple(nulls))
+        return Chunk(values=tuple(values), nulls=tuple(nulls),
+                     present=tuple(kinds[j] != 0 for j in self.present))
 
     # --- the table's shape ------------------------------------------------------------------
 
@@ -192,7 +199,7 @@ class TablePages:
     def _load(self, pages: Any) -> Any:
         """The pages' bytes, one after another, then zero bytes (at least :data:`PAD`)."""
         ps = self.page_size
-        pad = max(PAD, max(self.index, default=0) + 9)
+        pad = max(PAD, self.reach + 9)
         flat = np.empty(len(pages) * ps + pad, dtype=np.uint8)
         flat[len(pages) * ps:] = 0
         order = pages.tolist()
@@ -211,7 +218,7 @@ class TablePages:
     def _serial_types(self, flat: Any, at: Any, end: Any) -> List[Any]:
         """Serial types of columns ``0..max(index)`` of each record (``at``: where its types
         start, ``end``: where its header ends), an array per column."""
-        k = max(self.index) + 1
+        k = self.reach + 1
         # the usual case, one byte per type: the k bytes as 8-byte words (one for k <= 8)
         words = -(-k // 8)
         word = _unaligned(flat, ">u8")[at[:, None] + 8 * np.arange(words)]

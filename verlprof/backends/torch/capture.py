@@ -47,7 +47,7 @@ class TorchCapture(Capture):
         self._profiler = torch.profiler.profile(
             activities=self._activities(), record_shapes=bool(options.get("record_shapes")),
             profile_memory=bool(options.get("profile_memory")),
-            with_stack=bool(options.get("with_stack")))
+            with_stack=bool(options.get("with_stack")), **_all_threads(options))
         self._profiler.start()
         self._profiler.add_metadata_json("distributedInfo", json.dumps(
             {"rank": self.plan.rank, "world_size": self.plan.world_size, "backend": "verlprof"}))
@@ -99,3 +99,17 @@ def _host() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def _all_threads(options: Dict[str, Any]) -> Dict[str, Any]:
+    """``experimental_config`` recording every thread of the process (``all_threads``), where
+    this torch has it (``profile_all_threads``, torch 2.7+); else nothing: the thread that
+    opened the window only."""
+    if not options.get("all_threads"):
+        return {}
+    from torch._C._profiler import _ExperimentalConfig
+
+    try:
+        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except TypeError:
+        return {}
