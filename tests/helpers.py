@@ -113,12 +113,15 @@ def assert_no_leaked_agents(wait_s: float = 30.0) -> None:
     """
     import time
 
-    from verlprof.backends.nsys.cli import list_agents, orphan_agents
+    from verlprof.backends.nsys.cli import list_agents, orphan_agents, terminate_processes
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and session_agents(list_agents()):
         time.sleep(0.5)
     leaked = session_agents(orphan_agents(0))
+    if leaked:  # ended here (they are this session's), so that only this module fails
+        pids = {a.pid for a in leaked}
+        terminate_processes(lambda: [a.pid for a in list_agents() if a.pid in pids])
     assert not leaked, f"nsys agents left behind: {leaked}"
 
 

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 from rich.console import Console
 
-from tests.helpers import require_nsys
+from tests.helpers import local_ray_cluster, require_nsys
 from tests.integration.runtime_helpers import run_case
 from tests.png_content import check_timeline_png
 from verlprof.backends.nsys.cli import export_sqlite
@@ -26,19 +26,13 @@ PLANTED = "+demo.stragglers=[{group: critic, rank: 1, phase: update_critic, seco
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     require_nsys()
-    import ray
-
     out = str(tmp_path_factory.mktemp("report_demo"))
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
-    try:
+    with local_ray_cluster(num_cpus=2):  # and no agent of the run left behind
         plan, result = run_case(out, [
             "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
             "trainer.controller_nsight_options=null", "actor_rollout_ref.actor.profile_ranks=[0]",
             "actor_rollout_ref.rollout.profile_ranks=[]", "critic.profile_ranks_all=true",
             "reward_model.profile_ranks=[]", PLANTED])
-    finally:
-        ray.shutdown()
     return out, result["manifest"]
 
 

@@ -37,7 +37,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Set
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
 MARKER_ENV = "VERLPROF_NSYS_RUN"
 """Environment variable carrying a per-call marker into every process an nsys call starts."""
@@ -230,21 +230,20 @@ def orphan_agents(older_than_s: float = 60.0) -> List[AgentProcess]:
     return [a for a in list_agents() if a.age_s >= older_than_s and not _owner_alive(a)]
 
 
-def reap_orphan_agents(profiler_pids: Collection[int], owner: str,
-                       grace_s: float = DEFAULT_KILL_GRACE_S) -> List[AgentProcess]:
+def reap_orphan_agents(owner: str, grace_s: float = DEFAULT_KILL_GRACE_S) -> List[AgentProcess]:
     """End the orphaned agents of one run (SIGTERM, then SIGKILL after ``grace_s``); return
     them.
 
-    An agent is ended only when its owning CLI (``--session-name=profile-*-<pid>``) is one of
-    ``profiler_pids`` (the nsys processes that wrapped the run's processes) and is gone, and
-    the agent's environment carries ``OWNER_ENV=owner``: another job's agents, orphaned or
-    not, are never touched. A live run's agent also has PPID 1, so PPID alone is never the
+    An agent is ended only when its owning CLI (``--session-name=profile-*-<pid>``) is gone
+    and the agent's environment carries ``OWNER_ENV=owner``, the mark every nsys of this run
+    (workers, controller, preflight dry runs) is launched with: another job's agents, orphaned
+    or not, are never touched. The mark, not the CLI's pid, says whose it is: an agent whose
+    CLI outlived the run's wait (a slow import) is still found at the next teardown of the
+    same output directory. A live run's agent also has PPID 1, so PPID alone is never the
     criterion. The ``nsys-report-*.qdstrm`` capture streams those agents held open are deleted
     with them.
     """
-    wanted_owners = set(profiler_pids)
-    victims = [a for a in orphan_agents(0) if a.owner_pid in wanted_owners
-               and carries_env(a.pid, OWNER_ENV, owner)]
+    victims = [a for a in orphan_agents(0) if carries_env(a.pid, OWNER_ENV, owner)]
     if victims:
         wanted = {a.pid for a in victims}
         streams = _nsys_temp_files(wanted)
