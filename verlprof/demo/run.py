@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from verlprof.backends.nsys.procs import reap_orphan_agents
 from verlprof.config import load_config
 from verlprof.demo.default_config import DEFAULT_CONFIG
 from verlprof.demo.local_ray import choose_token_auth
@@ -122,6 +123,10 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
                 done = runner.__ray_terminate__.remote()
                 ray.wait([done], timeout=60)
                 _settle_controller(who, plan.output_dir)
+                # a worker's nsys that finished after its settle looked leaves its agent
+                # orphaned only now: this run's (marked) on the driver's node go too
+                for agent in reap_orphan_agents(plan.output_dir):
+                    print(f"verlprof: ended orphaned nsys agent pid {agent.pid}", flush=True)
     except BaseException:
         if guard.received == signal.SIGTERM:  # also before the run started
             raise ProfilingTerminated(signal.SIGTERM) from None

@@ -65,7 +65,7 @@ from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_er
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 from verlprof.runtime.teardown import settle_on_nodes
 from verlprof.safe_text import visible
-from verlprof.worker.identity import node_id, profiler_ancestor
+from verlprof.worker.identity import node_id
 
 __all__ = ["ON_RANK_FAILURE", "ProfileController", "ProfilingTerminated", "describe_error"]
 
@@ -353,8 +353,7 @@ class ProfileController:
         for identity in self._identity.values():
             if identity.profiler_pid:
                 by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
-        problems = settle_on_nodes(by_node, timeout_s, self.plan.output_dir,
-                                   exclude=[profiler_ancestor() or 0])  # its own nsys
+        problems = settle_on_nodes(by_node, timeout_s, self.plan.output_dir)
         if self._finalized is not None:  # output written at exit (rocprof-sys): gather it now
             manifest, late = collect_at_exit(self._finalized, self.plan, timeout_s, node_id())
             if manifest is not self._finalized:  # finalize() now returns the rewritten one

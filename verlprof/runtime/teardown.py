@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
-from verlprof.backends.nsys.cli import list_agents, reap_orphan_agents
-from verlprof.backends.nsys.procs import OWNER_ENV, carries_env, send_signal
+from verlprof.backends.nsys.cli import reap_orphan_agents
+from verlprof.backends.nsys.procs import send_signal
 from verlprof.plan.model import ProcessPlan
 from verlprof.records import Target
 from verlprof.worker.identity import node_id as this_node_id
@@ -38,38 +38,27 @@ def alive(pid: int) -> bool:
         return False
 
 
-def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str,
-                     exclude: Sequence[int] = ()) -> List[str]:
-    """Wait until every pid has exited, and every nsys of this run (an agent marked with
-    ``owner``, the run's output directory, names its CLI) but those in ``exclude`` (the
-    controller's own, still running); then end the agents they orphaned; return problems, one
-    a line. The marked CLIs are waited for too: a profiler whose pid the run never learned
-    (a rank that died before it answered) must not orphan its agent after this returns."""
+def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str) -> List[str]:
+    """Wait until every pid has exited; end the nsys agents of this run left orphaned (marked
+    with ``owner``, the run's output directory); return problems, one a line."""
     deadline = time.monotonic() + timeout_s
-    skip = set(exclude)
-
-    def running() -> List[int]:
-        marked = {a.owner_pid for a in list_agents() if a.owner_pid and
-                  a.owner_pid not in skip and carries_env(a.pid, OWNER_ENV, owner)}
-        return sorted(p for p in set(pids) | marked if alive(p))
-
-    waiting = running()
+    waiting = [p for p in pids if alive(p)]
     while waiting and time.monotonic() < deadline:
         time.sleep(POLL_S)
-        waiting = running()
+        waiting = [p for p in waiting if alive(p)]
     problems = [f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting]
     problems += [f"ended orphaned nsys agent pid {a.pid}" for a in reap_orphan_agents(owner)]
     return problems
 
 
 def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float,
-                    owner: str, exclude: Sequence[int] = ()) -> List[str]:
+                    owner: str) -> List[str]:
     """:func:`settle_profilers` on each node, in parallel, through Ray."""
     import ray
 
     if not pids_by_node:
         return []
-    refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s, owner, list(exclude))
+    refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s, owner)
             for node, pids in pids_by_node.items()]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
     problems = [line for result in ray.get(ready) for line in result]
