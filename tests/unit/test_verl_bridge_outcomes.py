@@ -32,8 +32,8 @@ def test_group_map_takes_the_best_match_and_asks_to_replan_when_roles_differ():
                     GroupTopology("reward_pool", ("rm",), 1))
     asked = []
 
-    def replan(built, predicted):
-        asked.append((built.roles, predicted))
+    def replan(built, name, predicted):
+        asked.append((built.roles, name if predicted else None))
         return plan
 
     groups = GroupMap(plan, replan)
@@ -46,13 +46,16 @@ def test_group_map_takes_the_best_match_and_asks_to_replan_when_roles_differ():
     assert groups.group_of(BuiltGroup("ef", (), 4)) is None
     # a pool the config did not predict at all: a group of its own
     assert groups.group_of(BuiltGroup("gh", ("critic",), 2)) == "critic_pool"
-    assert asked == [(("actor", "rollout", "ref"), "global_pool"), (("critic",), None)]
+    # a second reward pool: a new name clashing with none, the one planned and the one mapped
+    assert groups.group_of(BuiltGroup("ij", ("rm",), 1)) == "reward_pool2"
+    assert asked == [(("actor", "rollout", "ref"), "global_pool"), (("critic",), None),
+                     (("rm",), None)]
 
 
 def test_a_pool_of_another_size_is_planned_again():
     plan = FakePlan(GroupTopology("global_pool", ("actor", "rollout"), 8))
     asked = []
-    groups = GroupMap(plan, lambda built, predicted: asked.append(predicted) or plan)
+    groups = GroupMap(plan, lambda built, name, predicted: asked.append(name) or plan)
     assert groups.group_of(BuiltGroup("ab", ("actor", "rollout"), 4)) == "global_pool"
     assert asked == ["global_pool"]
 
@@ -201,7 +204,7 @@ def test_a_pool_verl_built_with_a_reference_policy_is_planned_again(verl_config,
         assert [p.group for p in bridge.plan.processes] == ["global_pool", "rollout_replicas"]
         # a pool too small for the selected rank: one line naming the key
         with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.profiler.ranks"):
-            bridge._replan(BuiltGroup("q", built, 1), "global_pool")
+            bridge._replan(BuiltGroup("q", built, 1), "global_pool", True)
     finally:
         bridge.controller.run.release()
         if active_bridge() is bridge:

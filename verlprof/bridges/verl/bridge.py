@@ -26,7 +26,6 @@ from verlprof.bridges.verl.driver_side import (
     GroupMap,
     VerlActor,
     active_bridge,
-    new_group_name,
     patch_worker_groups,
     set_active_bridge,
 )
@@ -77,13 +76,12 @@ class Bridge:
         self._replicas: Dict[str, Dict[int, Any]] = {}
         """Replica servers launched so far, per replica group."""
 
-    def _replan(self, built: BuiltGroup, predicted: Optional[str]) -> ProfilePlan:
-        """verl built ``built`` where the plan predicted group ``predicted`` (None: no group
-        shares a role with it): plan again on the pools verl built, say what differs."""
-        before = next((g for g in self.plan.groups if g.name == predicted), None)
+    def _replan(self, built: BuiltGroup, name: str, predicted: bool) -> ProfilePlan:
+        """verl built ``built`` as plan group ``name``, which the plan predicted other
+        (``predicted``) or not at all: plan again on the pools verl built, say what differs."""
+        before = next((g for g in self.plan.groups if g.name == name), None) \
+            if predicted else None
         size = built.world_size or (before.world_size if before is not None else 1)
-        name = before.name if before is not None else \
-            new_group_name(built.roles, [g.name for g in self.plan.groups])
         observed = GroupTopology(name=name, roles=built.roles, world_size=size)
         said = (f"verl built {name} with roles {'/'.join(built.roles)} on {size} rank(s)"
                 + (f"; the config predicted {'/'.join(before.roles)} on {before.world_size}"

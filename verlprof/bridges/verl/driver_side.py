@@ -78,12 +78,13 @@ class GroupMap:
     The plan's groups are predicted from the config. verl may build a pool differently (a
     reference policy it deploys though the config reads as if it did not, a pool mapping the
     config does not show): the best-matching plan group (most roles in common) is taken and,
-    when its roles differ, ``replan`` is asked to plan again on the roles verl built; a group
-    sharing no role with the plan becomes a group of its own. ``replan`` raises the one-line
+    when its roles differ, ``replan(built, name, predicted)`` is asked to plan again on the
+    roles verl built; a group sharing no role with the plan becomes a group of its own
+    (``predicted`` false). ``replan`` raises the one-line
     error when the observed pools cannot be planned (a rank beyond the pool verl built).
     """
 
-    def __init__(self, plan: Any, replan: Callable[[BuiltGroup, Optional[str]], Any]):
+    def __init__(self, plan: Any, replan: Callable[[BuiltGroup, str, bool], Any]):
         self.plan = plan
         self.replan = replan
         self.by_prefix: Dict[str, Optional[str]] = {}
@@ -100,11 +101,12 @@ class GroupMap:
         shared = [g for g in free if set(g.roles) & set(built.roles)]
         best = max(shared, key=lambda g: (set(g.roles) == set(built.roles),
                                           len(set(g.roles) & set(built.roles))), default=None)
+        # the name is decided here, once: the plan's own, or a new one clashing with none
+        name = best.name if best is not None else new_group_name(
+            built.roles, [g.name for g in self.plan.groups])
         if best is None or tuple(best.roles) != built.roles or (
                 built.world_size is not None and best.world_size != built.world_size):
-            self.plan = self.replan(built, best.name if best is not None else None)
-        name = best.name if best is not None else new_group_name(built.roles,
-                                                                 [g.name for g in free])
+            self.plan = self.replan(built, name, best is not None)
         self.by_prefix[built.prefix] = name
         self.taken.append(name)
         return name

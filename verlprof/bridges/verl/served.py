@@ -18,22 +18,18 @@ registered through ``RolloutReplicaRegistry``). Two seams, both idle until a bri
   range ``<role>/generate`` while a window is open, so that ``verlprof report`` counts
   generation per replica and step. Ray keeps the function objects of an actor class from the
   moment it loaded it, so the method is rerouted by giving that function a new ``__code__``
-  (a trampoline into :func:`_generate_in_window`), in the configured process only.
+  (a trampoline into ``worker_side._generate_in_window``), in the configured process only.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any, Callable, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.patching import MARK
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS
 from verlprof.runtime.launch import worker_runtime_env
-
-logger = logging.getLogger("verlprof")
-
 
 
 def replica_group(replica: Any) -> Optional[str]:
