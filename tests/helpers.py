@@ -89,8 +89,11 @@ def local_ray_cluster(num_cpus: int, num_gpus: int = 0) -> Iterator[None]:
     machine); on exit, no nsys agent of this session may be left orphaned."""
     import ray
 
+    # a worker whose nsys lost its agent at start-up is restarted by Ray only after
+    # worker_register_timeout_seconds (60 by default; docs/reliability.md, Known limits)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False, num_gpus=num_gpus)
+             logging_level="ERROR", log_to_driver=False, num_gpus=num_gpus,
+             _system_config={"worker_register_timeout_seconds": 30})
     try:
         yield
     finally:

@@ -267,7 +267,7 @@ def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
     """Issue 30: a run's teardown (settle_profilers) ends the agent its own profiler
     orphaned, and leaves a foreign orphaned agent on the same machine (another job's nsys,
     started outside any verlprof run) alone."""
-    from verlprof.runtime.teardown import settle_profilers
+    from verlprof.runtime.teardown import Settled, settle_profilers
 
     marker = uuid.uuid4().hex
     _MARKERS.append(marker)
@@ -283,17 +283,17 @@ def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
         orphans = {a.pid for a in nsys_cli.orphan_agents(0)}
         assert {a.pid for a in foreign + own} <= orphans
 
-        problems = settle_profilers([own_cli], 10.0, run_dir)
+        settled = settle_profilers([own_cli], 10.0, run_dir)
 
-        assert problems == [f"ended orphaned nsys agent pid {a.pid}" for a in own]
+        assert settled == Settled(ended_agents=tuple(a.pid for a in own))  # not a problem
         assert not [a for a in list_agents() if a.owner_pid == own_cli]
         assert not [p for p in own_temps if os.path.exists(p)]  # its stream went with it
         survivors = {a.pid for a in list_agents() if a.owner_pid == foreign_cli}
         assert survivors == {a.pid for a in foreign}, "another job's agent was ended"
         assert all(os.path.exists(p) for p in foreign_temps)
         # nothing more of ours; the foreign CLI's pid alone does not make its agent ours
-        assert settle_profilers([own_cli], 1.0, run_dir) == []
-        assert settle_profilers([foreign_cli], 1.0, run_dir) == []
+        assert settle_profilers([own_cli], 1.0, run_dir) == Settled()
+        assert settle_profilers([foreign_cli], 1.0, run_dir) == Settled()
         assert {a.pid for a in list_agents() if a.owner_pid == foreign_cli} == survivors
     finally:
         killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))

@@ -19,6 +19,7 @@ from verlprof.demo.local_ray import ray_address as ray_address_for
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
+from verlprof.runtime.teardown import Settled
 from verlprof.safe_text import visible
 
 
@@ -125,8 +126,10 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
                 _settle_controller(who, plan.output_dir)
                 # a worker's nsys that finished after its settle looked leaves its agent
                 # orphaned only now: this run's (marked) on the driver's node go too
-                for agent in reap_orphan_agents(plan.output_dir):
-                    print(f"verlprof: ended orphaned nsys agent pid {agent.pid}", flush=True)
+                late = Settled(ended_agents=tuple(
+                    a.pid for a in reap_orphan_agents(plan.output_dir))).agents_line()
+                if late:
+                    print(f"verlprof: {late}", flush=True)
     except BaseException:
         if guard.received == signal.SIGTERM:  # also before the run started
             raise ProfilingTerminated(signal.SIGTERM) from None
@@ -160,8 +163,10 @@ def _settle_controller(who: Optional[ProcessIdentity], output_dir: str) -> None:
     from verlprof.runtime.teardown import settle_on_nodes
 
     if who is not None and who.profiler_pid:
-        for problem in settle_on_nodes({who.node_id: [who.profiler_pid]}, 60.0, output_dir):
-            print(f"verlprof: {problem}", flush=True)
+        settled = settle_on_nodes({who.node_id: [who.profiler_pid]}, 60.0, output_dir)
+        for line in [*settled.problems, settled.agents_line()]:
+            if line:
+                print(f"verlprof: {line}", flush=True)
 
 
 def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),

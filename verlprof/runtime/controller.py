@@ -353,7 +353,10 @@ class ProfileController:
         for identity in self._identity.values():
             if identity.profiler_pid:
                 by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
-        problems = settle_on_nodes(by_node, timeout_s, self.plan.output_dir)
+        settled = settle_on_nodes(by_node, timeout_s, self.plan.output_dir)
+        if settled.ended_agents:  # housekeeping after nsys, not a problem of the run
+            logger.info("verlprof: %s", settled.agents_line())
+        problems = list(settled.problems)
         if self._finalized is not None:  # output written at exit (rocprof-sys): gather it now
             manifest, late = collect_at_exit(self._finalized, self.plan, timeout_s, node_id())
             if manifest is not self._finalized:  # finalize() now returns the rewritten one

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
@@ -38,32 +39,54 @@ def alive(pid: int) -> bool:
         return False
 
 
-def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str) -> List[str]:
+@dataclass(frozen=True)
+class Settled:
+    """What settling found on one node, or on all of them together."""
+
+    problems: Tuple[str, ...] = ()
+    """A profiler still running past the bound, a node that did not answer: one a line."""
+    ended_agents: Tuple[int, ...] = ()
+    """This run's ``nsys --start-agent`` processes whose CLI had gone, ended here. Not a
+    problem: nsys 2022.4 leaves one behind now and then after a clean exit (2 in 96 sessions
+    started at once here), and always after a start that lost its agent."""
+
+    def __add__(self, other: Settled) -> Settled:
+        return Settled(problems=self.problems + other.problems,
+                       ended_agents=self.ended_agents + other.ended_agents)
+
+    def agents_line(self) -> str:
+        """One line for the log, empty when no agent was ended."""
+        if not self.ended_agents:
+            return ""
+        pids = ", ".join(str(p) for p in self.ended_agents)
+        return f"ended {len(self.ended_agents)} nsys agent(s) nsys left behind (pid {pids})"
+
+
+def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str) -> Settled:
     """Wait until every pid has exited; end the nsys agents of this run left orphaned (marked
-    with ``owner``, the run's output directory); return problems, one a line."""
+    with ``owner``, the run's output directory)."""
     deadline = time.monotonic() + timeout_s
     waiting = [p for p in pids if alive(p)]
     while waiting and time.monotonic() < deadline:
         time.sleep(POLL_S)
         waiting = [p for p in waiting if alive(p)]
-    problems = [f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting]
-    problems += [f"ended orphaned nsys agent pid {a.pid}" for a in reap_orphan_agents(owner)]
-    return problems
+    return Settled(
+        problems=tuple(f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting),
+        ended_agents=tuple(a.pid for a in reap_orphan_agents(owner)))
 
 
 def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float,
-                    owner: str) -> List[str]:
+                    owner: str) -> Settled:
     """:func:`settle_profilers` on each node, in parallel, through Ray."""
     import ray
 
     if not pids_by_node:
-        return []
+        return Settled()
     refs = [task_on_node(settle_profilers, node).remote(pids, timeout_s, owner)
             for node, pids in pids_by_node.items()]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
-    problems = [line for result in ray.get(ready) for line in result]
-    problems += [f"a node did not answer within {timeout_s + 30:g}s" for _ in late]
-    return problems
+    late_lines = tuple(f"a node did not answer within {timeout_s + 30:g}s" for _ in late)
+    return sum(ray.get(ready), Settled(problems=late_lines))
 
 
 ExitOutput = Tuple[str, List[Tuple[str, int]], str]
@@ -162,4 +185,4 @@ def task_on_node(func, node_id: str):
 
 
 __all__ = ["alive", "discard", "exit_outputs", "exit_outputs_on_nodes", "on_node", "read_chunk",
-           "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]
+           "Settled", "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]
