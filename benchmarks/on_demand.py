@@ -114,7 +114,7 @@ def _controller(output_dir: str, starts: _TimedStarts):
     from verlprof.plan import build_plan
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.local_rpc import InProcessRanks
-    from verlprof.runtime.on_demand import Desk
+    from verlprof.runtime.request_desk import Desk
 
     class Rank(workers.ActorRolloutRefWorker):
         def verlprof_start(self, *args, **kwargs):
@@ -133,11 +133,11 @@ def _controller(output_dir: str, starts: _TimedStarts):
 
 
 class _LockedChannel:
-    """:class:`~verlprof.runtime.on_demand.LocalChannel` with the asker on another thread
+    """:class:`~verlprof.runtime.request_desk.LocalChannel` with the asker on another thread
     (the Ray desk is another process; here a lock keeps the queue whole)."""
 
     def __init__(self, desk) -> None:
-        from verlprof.runtime.on_demand import LocalChannel
+        from verlprof.runtime.request_desk import LocalChannel
 
         self.lock = threading.Lock()
         self.inner = LocalChannel(desk)

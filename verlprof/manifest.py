@@ -188,6 +188,9 @@ class Manifest:
     served: Dict[str, ServedGroup] = field(default_factory=dict)
     """The groups of ``groups`` that are a served model's replicas, by name (empty before this
     field, and in runs without one)."""
+    running: bool = False
+    """True in a manifest written while the job runs, after an on-demand window's reports were
+    gathered (it lists those only); the job's end writes the whole one, False."""
 
     def by_status(self, status: Status) -> List[ReportEntry]:
         """Entries with ``status``."""

@@ -53,7 +53,7 @@ MANIFEST_TMP_PREFIX = ".manifest."
 """The manifest is written to a temporary file of this prefix, then renamed."""
 TOKEN_NAME = ".verlprof-token"
 """The running job's capture token (mode 0600): a request must carry it
-(:mod:`verlprof.runtime.on_demand`); removed when the job ends."""
+(:mod:`verlprof.runtime.request_desk`); removed when the job ends."""
 ON_DEMAND_NAME = ".verlprof-on-demand.json"
 """Where the running job takes capture requests: its Ray address, namespace and actor name."""
 PART_SUFFIX = ".part"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,14 +24,14 @@ def verlprof(*args: str) -> list:
     return [sys.executable, "-m", "verlprof.cli", *args]
 
 
-def start_job(out, *overrides: str) -> subprocess.Popen:
+def start_job(out, *overrides: str, steps: int = STEPS) -> subprocess.Popen:
     """The demo with no planned window, taking requests once its token is written."""
     import ray
 
     job = subprocess.Popen(
         verlprof("demo", "--ray-address", ray.get_runtime_context().gcs_address,
                  "trainer.profile_steps=[]", "++trainer.profiler.on_demand.enabled=true",
-                 f"trainer.total_training_steps={STEPS}", f"++trainer.profiler.output_dir={out}",
+                 f"trainer.total_training_steps={steps}", f"++trainer.profiler.output_dir={out}",
                  *overrides),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
@@ -42,10 +43,12 @@ def start_job(out, *overrides: str) -> subprocess.Popen:
     return job
 
 
-def refuse_then_ask(job, out, refused_args, asked_args):
+def refuse_then_ask(job, out, refused_args, asked_args, stop_job=False):
     """One request that is refused and one with ``--wait``, sent at once (each client's start
     takes seconds on a busy machine: one after the other could miss the job); then the job's
-    end (killed if it outlives the test). Returns (refused, asked, the job's log)."""
+    end (with ``stop_job``, asked for by SIGTERM as soon as ``--wait`` returned, after noting
+    that the job still ran; killed if it outlives the test). Returns (refused, asked, the
+    job's log, whether the job ran on after ``--wait`` returned)."""
     clients = []
     try:
         for args in (refused_args, [*asked_args, "--wait", "--timeout", "180"]):
@@ -53,6 +56,9 @@ def refuse_then_ask(job, out, refused_args, asked_args):
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         refused, asked = (subprocess.CompletedProcess(c.args, 0, *c.communicate(timeout=200))
                           for c in clients)
+        ran_on = job.poll() is None
+        if stop_job and ran_on:
+            job.send_signal(signal.SIGTERM)  # finalize now: the rest of the run is not needed
         refused.returncode, asked.returncode = (c.returncode for c in clients)
         log = job.communicate(timeout=200)[0]
     finally:
@@ -61,15 +67,18 @@ def refuse_then_ask(job, out, refused_args, asked_args):
                 process.kill()
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert asked.returncode == 0, asked.stdout + asked.stderr + log[-3000:]
-    return refused, asked, log
+    return refused, asked, log, ran_on
 
 
 @pytest.mark.timeout(240)
 def test_capture_next_two_steps_of_a_running_demo(ray_cluster, tmp_path):
     out = tmp_path / "out"
-    job = start_job(out, "++trainer.profiler.tool=torch")
-    refused, asked, _ = refuse_then_ask(job, out, ["--ranks", "7"],
-                                        ["--steps", "next:2", "--ranks", "1", "--tool", "torch"])
+    job = start_job(out, "++trainer.profiler.tool=torch", steps=4000)
+    refused, asked, _, ran_on = refuse_then_ask(
+        job, out, ["--ranks", "7"], ["--steps", "next:2", "--ranks", "1", "--tool", "torch"],
+        stop_job=True)
+    # --wait returned while the job ran on: the traces were gathered after their last step
+    assert ran_on, asked.stdout
     line = refused.stderr.strip().splitlines()[-1]
     assert line.startswith("verlprof: capture refused at step ") and line.endswith(
         ": ranks: actor_rollout_ref has ranks 0-1; 7 do not exist"), refused.stderr
@@ -91,7 +100,7 @@ def test_nsys_on_an_armed_rank_of_a_running_demo(ray_cluster, tmp_path):
     out = tmp_path / "out"
     job = start_job(out, "++trainer.profiler.tool=nsys",
                     "++trainer.profiler.on_demand.nsys_ranks={actor_rollout_ref:[1]}")
-    refused, asked, _ = refuse_then_ask(job, out, ["--ranks", "0"],
+    refused, asked, _, _ = refuse_then_ask(job, out, ["--ranks", "0"],
                                         ["--steps", "next:1", "--ranks", "1"])
     assert refused.stderr.strip().splitlines()[-1].endswith(
         "tool: nsys needs ranks armed at launch; actor_rollout_ref rank(s) 0 are not in "

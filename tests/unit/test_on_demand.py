@@ -21,7 +21,7 @@ from verlprof.plan import build_plan
 from verlprof.plan.on_demand import extended, plan_request, requested_steps, screen
 from verlprof.records import CaptureRequest
 from verlprof.runtime.controller import ProfileController
-from verlprof.runtime.on_demand import Desk, LocalChannel
+from verlprof.runtime.request_desk import Desk, LocalChannel
 
 TOKEN = "t" * 64
 
@@ -218,6 +218,8 @@ def on_demand_controller(tmp_path, steps=()):
 
 def test_requests_are_taken_at_the_next_boundary_and_land_in_the_manifest(tmp_path):
     controller, ranks, rpc, desk = on_demand_controller(tmp_path)
+    for rank in ranks:
+        rank.real_capture = True  # the torch profiler: it writes each trace as a window closes
     with controller.step(1):
         phases(ranks)
         assert desk.submit(ask(ranks=(1,))) == ""  # during step 1: applies at step 2
@@ -233,9 +235,16 @@ def test_requests_are_taken_at_the_next_boundary_and_land_in_the_manifest(tmp_pa
         ("verlprof_start", [(GROUP, 1)]), ("verlprof_stop", [(GROUP, 1)]),
         ("verlprof_start", [(GROUP, 1)]), ("verlprof_stop", [(GROUP, 1)])]
     assert ranks[0].rpcs == []  # an unasked rank hears nothing
+    # torch wrote each trace at its window's close: gathered after step 3, before the job
+    # ends, into a manifest marked running (what `verlprof capture --wait` reads)
+    running = read_manifest(str(tmp_path))
+    assert running.running and [(e.steps, e.status) for e in running.reports] == [
+        ((2,), "ok"), ((3,), "ok")]
+    assert all(os.path.isfile(tmp_path / e.path) and e.bytes for e in running.reports)
     manifest = controller.finalize()
+    assert not manifest.running
     assert [(e.rank, e.steps, e.status, e.requested_by) for e in manifest.reports] == [
-        (1, (2,), "ok", "ann@login1"), (1, (3,), "ok", "ann@login1")]
+        (1, (2,), "ok", "ann@login1"), (1, (3,), "ok", "ann@login1")]  # each once, still ok
     assert read_manifest(str(tmp_path)).reports == manifest.reports
     assert any("ann@login1 asked for steps 2-3" in w for w in manifest.warnings)
 
@@ -282,7 +291,7 @@ def test_a_rank_dying_mid_window_is_named_and_the_job_goes_on(tmp_path):
 
 
 def test_the_token_and_where_to_ask_are_written_owner_only(tmp_path):
-    from verlprof.runtime.on_demand import write_descriptor
+    from verlprof.runtime.request_desk import write_descriptor
 
     write_descriptor(str(tmp_path), TOKEN, {"actor": "verlprof-controller-x"})
     token = tmp_path / ".verlprof-token"

@@ -67,6 +67,10 @@ class Capture:
     opens_on_any_thread = True
     """Whether :meth:`open`/:meth:`close` may run on any thread (a timer's: time bounds,
     ``verlprof.worker.timed``); False ties them to the thread that drives the capture."""
+    writes_at_close = False
+    """Whether a window's report is complete once :meth:`close` returned (torch), so it can be
+    gathered before the process finalizes (on-demand windows, ``ProfileSession.hand_over``);
+    False where the tool writes later (nsys: at its N-th window or at exit)."""
 
     def __init__(self, plan: ProcessPlan):
         self.plan = plan

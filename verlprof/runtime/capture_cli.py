@@ -2,7 +2,7 @@
 
 Both read ``<output_dir>/.verlprof-on-demand.json`` (where the job takes requests) and
 ``.verlprof-token`` (owner-only), join the job's Ray cluster as a driver and talk to its
-request desk (:mod:`verlprof.runtime.on_demand`). Every refusal is one line and exit 2.
+request desk (:mod:`verlprof.runtime.request_desk`). Every refusal is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -132,12 +132,13 @@ def _capture(args: argparse.Namespace) -> int:
     targets = ", ".join(f"{g} rank {r}" for g, r in decision.targets)
     print(f"verlprof: accepted at step {decision.at_step}: steps "
           f"{', '.join(map(str, decision.steps))} on {targets} with {decision.tool}")
-    print("verlprof: reports to expect (listed in manifest.json when the job ends):")
+    print("verlprof: reports to expect:")
     for report in decision.reports:
         print(f"  {visible(os.path.join(run_dir, report))}")
     if not args.wait:
         return 0
-    print("verlprof: waiting for the job to end and gather them ...", flush=True)
+    print("verlprof: waiting (torch reports come after their last step, nsys at the end) ...",
+          flush=True)
     entries = _wait_for_manifest(run_dir, decision, request.requested_by, args.timeout)
     for entry in entries:
         reason = f"  [{entry['status']}: {visible(str(entry.get('reason')))}]" \
@@ -165,22 +166,26 @@ def _decision(actor: Any, token: str, request_id: str, timeout_s: float) -> Capt
 
 def _wait_for_manifest(run_dir: str, decision: CaptureDecision, by: str,
                        timeout_s: float) -> List[Dict[str, Any]]:
-    """The manifest entries of ``decision``'s reports, once the job's finalize wrote them."""
+    """The manifest entries of ``decision``'s reports: as soon as a manifest lists them all
+    (the job gathers a torch window's report right after its last step), or whatever the job's
+    final manifest lists."""
     path = os.path.join(run_dir, paths.MANIFEST_NAME)
     deadline = time.monotonic() + timeout_s
     targets = {(g, r) for g, r in decision.targets}
     while time.monotonic() < deadline:
         try:
             with open(path, encoding="utf-8") as handle:
-                reports = json.load(handle).get("reports", [])
+                manifest = json.load(handle)
         except (OSError, ValueError):
-            time.sleep(0.5)
-            continue
-        return [e for e in reports if e.get("requested_by") == by
-                and (e.get("group"), e.get("rank")) in targets
-                and set(e.get("steps") or ()) <= set(decision.steps)]
+            manifest = {"running": True}
+        entries = [e for e in manifest.get("reports", []) if e.get("requested_by") == by
+                   and (e.get("group"), e.get("rank")) in targets
+                   and set(e.get("steps") or ()) <= set(decision.steps)]
+        if len(entries) >= len(decision.reports) or not manifest.get("running", False):
+            return entries
+        time.sleep(0.5)
     raise ProfilingRuntimeError(f"the reports were not in {path} within {timeout_s:g} s "
-                                "(the manifest is written when the job ends)")
+                                "(nsys writes an armed rank's reports when the job ends)")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -198,8 +203,8 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  windows open: {', '.join(progress.open_windows) or 'none'}")
     print(f"  requests: {progress.pending} pending, {progress.accepted} accepted; "
           f"{progress.scheduled} window(s) scheduled")
-    print(f"  on-demand reports so far: {progress.reports} (gathered into manifest.json at "
-          "the job's end)")
+    print(f"  on-demand reports so far: {progress.reports} (torch's in manifest.json after "
+          "their last step)")
     return 0
 
 

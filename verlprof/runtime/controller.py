@@ -86,7 +86,7 @@ class ProfileController:
     :func:`verlprof.runtime.preflight.preflight`), ``"quick"`` skips the dry run, ``False`` checks
     nothing. ``rpc``: the layer that reaches the ranks (default: Ray actor calls; tests pass
     :class:`~verlprof.runtime.local_rpc.InProcessRanks`); its timeout is set as above.
-    ``requests``: where capture requests arrive (default: the Ray desk, runtime/on_demand.py).
+    ``requests``: where capture requests arrive (default: the Ray desk, runtime/request_desk.py).
     """
 
     def __init__(self, plan: ProfilePlan, *, rpc_timeout_s: Optional[float] = None,
@@ -321,6 +321,7 @@ class ProfileController:
                     reason += f"; {len(partial)} uncollected file(s) left in {folder}"
                 items.extend(unreachable_reports(plans[target], where, reason))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
+            entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)
             manifest = self._write(self._manifest(entries))

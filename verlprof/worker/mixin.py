@@ -75,6 +75,15 @@ class ProfilingWorkerMixin:
         where = process_identity()
         return [dataclasses.replace(r, where=where) for r in session.finalize(timeout_s)]
 
+    def verlprof_hand_over(self, steps: Sequence[int]) -> List[WorkerReport]:
+        """The reports of the step window ``steps`` once closed, where the tool wrote them at
+        close (an on-demand window, gathered before the job ends); else nothing."""
+        session = self._verlprof_session
+        if session is None:
+            return []
+        where = process_identity()
+        return [dataclasses.replace(r, where=where) for r in session.hand_over(steps)]
+
     def verlprof_read_chunk(self, path: str, offset: int, size: int) -> bytes:
         """Part of a raw report, for a controller on another node (no shared filesystem)."""
         session = self._verlprof_session

@@ -74,6 +74,8 @@ class ProfileSession:
         self._next = 0
         self._lock = threading.RLock()
         self._final: Optional[List[WorkerReport]] = None
+        self._handed: Set[str] = set()
+        """Report paths handed over before finalize (:meth:`hand_over`)."""
         self._finalize_lock = threading.Lock()
 
     # -- events: each runs the row of (state, event) --------------------------------------
@@ -108,6 +110,21 @@ class ProfileSession:
         """
         with self._finalize_lock:  # not self._lock: status must answer while reports settle
             return self._actions[(self.state, FINALIZE)](self, timeout_s)
+
+    def hand_over(self, steps: Sequence[int]) -> List[WorkerReport]:
+        """The reports of the closed windows of step window ``steps``, where the tool wrote
+        them at close (:attr:`~verlprof.backends.base.Capture.writes_at_close`); nothing
+        otherwise. Each is handed over once, and :meth:`finalize` leaves it out."""
+        with self._lock:
+            if not self.capture.writes_at_close or self.state == FINALIZED:
+                return []
+            done = {o.window.report.path for o in self.opened if o.end_ns is not None
+                    and o.window.steps == tuple(steps)} - self._handed
+            if not done:
+                return []
+            self._handed |= done
+            return [r for r in self.capture.collect(self.opened, [], 0.0)
+                    if r.report.path in done]
 
     def add_windows(self, plan: ProcessPlan) -> None:
         """Follow ``plan``: this process's plan with windows asked for while the job runs
@@ -269,7 +286,8 @@ class ProfileSession:
             self.state = FINALIZED
             never_opened, self._pending = list(self._pending), []
             self.capture.flush(never_opened)
-        final = self.capture.collect(self.opened, never_opened, timeout_s)
+        final = [r for r in self.capture.collect(self.opened, never_opened, timeout_s)
+                 if r.report.path not in self._handed]
         if final and self.notes:
             final[0] = dataclasses.replace(final[0], notes=tuple(self.notes))
         self._final = final

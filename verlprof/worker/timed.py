@@ -36,6 +36,7 @@ class TimedCapture(Capture):
         self.inner = inner
         self.bounds = bounds
         self.any_thread = inner.opens_on_any_thread
+        self.writes_at_close = inner.writes_at_close
         self._lock = threading.RLock()
         self._window: Optional[Window] = None
         self._began = 0.0

@@ -21,6 +21,7 @@ from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
 class TorchCapture(Capture):
     opens_on_any_thread = False  # the profiler starts and stops on the thread that drives it
+    writes_at_close = True  # close() exports the trace before it returns
     def __init__(self, plan: ProcessPlan):
         super().__init__(plan)
         self._profiler: Any = None
