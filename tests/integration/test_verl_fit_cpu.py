@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 
 import pytest
 
@@ -209,3 +210,86 @@ def test_bridged_replica_in_mode_writes_its_generation_per_step(ray_cluster, tmp
             assert sum(e.get("name") == "rollout/generate" for e in events) == BATCH * N
     pids = {(p["group"], p["rank"]): p["pid"] for p in result["manifest"]["processes"]}
     assert pids[("rollout_replicas", 0)] == server["pid"]
+
+
+def test_on_demand_capture_of_a_running_bridged_fit(ray_cluster, tmp_path):
+    """verl's ``global_profiler.steps`` empty and on-demand capture on: while verl's real fit
+    runs (held before step 1's boundary), ``verlprof capture --wait`` from another process asks
+    for the next step on the training rank with torch; the job takes it at step 1's boundary
+    (verl's ``_start_profiling``), and ``--wait`` returns with the report gathered, marked with
+    who asked, while the fit is still running (held after step 1); the final manifest keeps
+    it."""
+    import gzip
+    import subprocess
+    import sys
+    import threading
+
+    from verl.trainer.main_ppo import run_ppo
+
+    from tests.integration.apps.verl_cpu_trainer import (
+        HOLD_AFTER,
+        HOLD_BEFORE,
+        CpuTaskRunner,
+        compose,
+    )
+    from verlprof.bridges.verl.launch import wrap_run_ppo
+
+    config = compose(["global_profiler.tool=torch", "global_profiler.steps=[]",
+                      "+trainer.profiler.on_demand.enabled=true"], str(tmp_path))
+    holds = [tmp_path / HOLD_BEFORE, tmp_path / HOLD_AFTER]
+    for hold in holds:
+        hold.touch()
+    failed: list = []
+
+    def fit() -> None:
+        try:
+            wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
+        except BaseException as err:  # noqa: BLE001 - reported by the test below
+            failed.append(err)
+
+    job = threading.Thread(target=fit, daemon=True)
+    job.start()
+    client = None
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / ".verlprof-on-demand.json").exists():
+            assert job.is_alive() and time.monotonic() < deadline, failed or "no desk"
+            time.sleep(0.2)
+        client = subprocess.Popen(
+            [sys.executable, "-m", "verlprof.cli", "capture", str(tmp_path), "--steps",
+             "next:1", "--group", "global_pool", "--ranks", "0", "--tool", "torch", "--wait",
+             "--timeout", "180"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert client.stdout is not None
+        seen = []
+        for line in client.stdout:  # queued while the fit waits before step 1
+            seen.append(line)
+            if "queued" in line:
+                break
+        holds[0].unlink()
+        out = "".join(seen) + client.communicate(timeout=240)[0]
+        assert client.returncode == 0, out
+        assert "accepted at step 1: steps 1 on global_pool rank 0 with torch" in out, out
+        assert "1 of 1 report(s) ok" in out, out
+        assert job.is_alive(), failed  # --wait returned while the fit ran on (held)
+        running = json.loads((tmp_path / "manifest.json").read_text())
+        assert running["running"] and len(running["reports"]) == 1
+    finally:
+        for hold in holds:
+            if hold.exists():
+                hold.unlink()
+        if client is not None and client.poll() is None:
+            client.kill()
+        job.join(timeout=300)
+    assert not failed, failed
+    with open(tmp_path / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert not manifest["running"]
+    [entry] = [e for e in manifest["reports"] if e["requested_by"]]
+    assert (entry["group"], entry["rank"], entry["steps"], entry["status"]) == (
+        "global_pool", 0, [1], "ok")
+    with gzip.open(tmp_path / entry["path"], "rt") as handle:
+        names = {e.get("name") for e in json.load(handle)["traceEvents"]}
+    # verl's phases, run on another thread than the window's RPCs (verl's workers are async
+    # actors): the torch profiler follows every thread of a verl process
+    assert {"actor/compute_log_prob", "actor/update_actor"} <= names, sorted(
+        n for n in names if n and not n.startswith("aten::"))

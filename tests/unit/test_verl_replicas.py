@@ -92,3 +92,18 @@ def test_the_plan_lists_replicas_with_their_gpus(compose, capsys):
     assert "rollout_replicas (vllm replicas of 2 GPU(s))" in out
     assert "1 (GPUs 2-3)" in out
     assert "step0001/rollout_replicas/rank1/" in out
+
+
+def test_torch_follows_every_thread_of_verls_processes_and_only_the_plans_own(compose,
+                                                                              tmp_path):
+    """verl's workers are async Ray actors and its servers answer on an event loop: the
+    phases run on another thread than the window's calls, so the torch profiler of every
+    process of a verl plan follows all threads; a seed-layout plan's stay on their own."""
+    from tests.unit.test_controller import plan_of as seed_plan
+
+    plan = compose("global_profiler.tool=torch", "actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[0]")
+    assert {p.group for p in plan.processes} == {"global_pool", "rollout_replicas"}
+    assert all(p.capture_options.get("all_threads") for p in plan.processes)
+    assert not any(p.capture_options.get("all_threads")
+                   for p in seed_plan(tmp_path, [1]).processes)

@@ -10,7 +10,7 @@ workers and collection only execute it; none of them re-derives a decision.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.backends import Backend, get_backend
@@ -250,11 +250,20 @@ def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
                        launch_env=dict(launch.env),
                        raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
                        world_size=group.world_size,
-                       # a served model's server answers requests on its event loop, not on
-                       # the thread its windows open from: an in-process profiler follows all
-                       capture_options={**launch.capture_options,
-                                        **({"all_threads": True} if group.served else {})},
+                       capture_options=capture_options(config, group, launch.capture_options),
                        window_time=window_time)
+
+
+def capture_options(config: ProfilingConfig, group: GroupTopology,
+                    tool_options: Dict[str, Any]) -> Dict[str, Any]:
+    """The tool's options for one process, with ``all_threads`` where the work does not run
+    on the thread its windows open from, so an in-process profiler (torch) follows every
+    thread: a served model's server answers on its event loop, and verl's workers are async
+    Ray actors (``update_weights`` is a coroutine), where the controller's calls and the
+    phases run on different threads (without it, verl's training ranks wrote torch traces
+    with no phase in them)."""
+    every_thread = group.served or config.verl_release is not None
+    return {**tool_options, **({"all_threads": True} if every_thread else {})}
 
 
 def _window_time(config: ProfilingConfig, backend: Backend) -> WindowTime:

@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.config.schema import TOOLS
-from verlprof.plan.build import _process_windows
+from verlprof.plan.build import _process_windows, capture_options
 from verlprof.plan.model import ProcessPlan, ProfilePlan
 from verlprof.records import CaptureDecision, CaptureRequest, Mode, Target
 
@@ -149,7 +149,8 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
             group=group.name, rank=rank, roles=group.roles, selected_roles=roles, mode=mode,
             backend=tool, windows=windows, raw_dir=paths.raw_dir(
                 plan.output_dir, group.name, rank), world_size=group.world_size,
-            capture_options=dict(launch.capture_options), window_time=plan.window_time))
+            capture_options=capture_options(config, group, launch.capture_options),
+            window_time=plan.window_time))
     reports = tuple(w.report.path for p in processes for w in p.windows
                     if w.report.requested_at == now)
     problem = _over_caps(plan, len(reports), accepted_in_hour)

@@ -98,6 +98,39 @@ def compose(overrides: Sequence[str], save_path: str) -> Any:
     return config
 
 
+HOLD_BEFORE = "hold-before-step-1"
+HOLD_AFTER = "hold-after-step-1"
+"""Files of these names in the save path when the fit starts hold it before step 1's
+``_start_profiling`` (the step boundary) and after step 1's ``_stop_profiling``, each until
+its file is gone (bounded): a test's time to ask the running job something."""
+
+
+def _hold_around_step_1(trainer: Any, save_path: str) -> None:
+    def held(name: str, hook: Any, before: bool) -> Any:
+        import time
+
+        path = os.path.join(save_path, name)
+
+        def wait() -> None:
+            deadline = time.monotonic() + 120
+            while trainer.global_steps == 1 and os.path.exists(path) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.1)
+
+        def hook_held(*args: Any, **kwargs: Any) -> Any:
+            if before:
+                wait()
+            result = hook(*args, **kwargs)
+            if not before:
+                wait()
+            return result
+        return hook_held if os.path.exists(path) else hook
+
+    # bound methods: verl's, or the bridge's wrappers of them
+    trainer._start_profiling = held(HOLD_BEFORE, trainer._start_profiling, True)
+    trainer._stop_profiling = held(HOLD_AFTER, trainer._stop_profiling, False)
+
+
 def observed_path(config: Any) -> str:
     """Where ``CpuTaskRunner.run`` writes what it observed: beside the run's data files."""
     return os.path.join(os.path.dirname(config.data.train_files), "observed.json")
@@ -175,6 +208,7 @@ class CpuTaskRunner(_base_task_runner()):  # type: ignore[misc]
             collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train))
         try:
             trainer.init_workers()
+            _hold_around_step_1(trainer, config.global_profiler.save_path)
             trainer.fit()
             observed = self._observed(trainer)
             with open(observed_path(config), "w") as handle:
