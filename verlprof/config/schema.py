@@ -220,6 +220,25 @@ class OnDemandConfig:
 
 
 @dataclass(frozen=True)
+class EngineTorchConfig:
+    """verl's own torch profiling of its rollout engines (verl 0.8+ layout, read from
+    ``actor_rollout_ref.rollout.profiler``): what verl's vLLM / SGLang servers do in their
+    ``start_profile`` / ``stop_profile`` when its ``tool_config.torch.discrete`` is true. Set by
+    the loader only (no key of verlprof's own)."""
+
+    trace_dir: str
+    """verl's ``save_path`` for the rollout: each engine writes its traces into
+    ``<trace_dir>/agent_loop_rollout_replica_<replica>/`` (``rollout_trace_dir``)."""
+    token_start: Optional[int] = None
+    """``profile_token_start``: engine iterations (one generated token per running sequence)
+    after ``start_profile`` before the engine records; None: from the first."""
+    token_end: Optional[int] = None
+    """``profile_token_end`` (exclusive, counted like ``token_start``); None: until
+    ``stop_profile``."""
+    key: str = "actor_rollout_ref.rollout.profiler.tool_config.torch"
+
+
+@dataclass(frozen=True)
 class ProfilingConfig:
     """Everything verlprof needs to plan a profiled run, from any supported layout."""
 
@@ -307,6 +326,11 @@ class ProfilingConfig:
     verl_release: Optional[VerlRelease] = field(default=None, metadata=SET_BY_LOADER)
     """The verl release whose keys a verl-layout config uses, recognised from the keys present
     (None for the seed layout); it decides that release's semantics."""
+
+    rollout_engine: Optional[EngineTorchConfig] = field(default=None, metadata=SET_BY_LOADER)
+    """verl's own torch profiling of its rollout engines, when the rollout's profiler block
+    asks for it (tool torch, enabled, ``discrete: true``); verlprof drives it on its steps and
+    gathers the engines' traces."""
 
     disabled_reason: str = field(default="", metadata=SET_BY_LOADER)
     """Why ``enabled`` is false, naming the key (``trainer.profiler.enabled is false``); empty
