@@ -225,8 +225,8 @@ def _rollout_engine(torch: Mapping[Any, Any], discrete: bool, save_path: Optiona
         return
     if draft.verl is None or not draft.verl.at_least("0.8.0"):
         return
-    draft.set(rollout_engine=EngineTorchConfig(trace_dir=save_path or VERL_SAVE_PATH, token_start=start,
-                                               token_end=end, key=key))
+    draft.set(rollout_engine=EngineTorchConfig(trace_dir=save_path or VERL_SAVE_PATH,
+                                               token_start=start, token_end=end, key=key))
 
 
 def _enabled_without_ranks(out: RoleDraft, key: str, draft: Draft) -> RoleDraft:

@@ -89,11 +89,15 @@ def check_torch_extras(torch: Mapping[Any, Any], key: str, run_tool: Optional[st
         asks.append((f"{key}.{name}", value,
                      "verl 0.6/0.7 count these in update_policy calls of its Megatron actor, "
                      "inside one step", "leave step_start: 0, step_end: null"))
-    if key != ROLLOUT_TORCH:
-        for name in ("profile_token_start", "profile_token_end"):
-            if torch.get(name) is not None:
-                draft.warn(f"ignored {key}.{name} ({v.show(torch[name])}): verl reads it only "
-                           f"in {ROLLOUT_TORCH} (its rollout servers' engine profiler)")
+    for name in ("profile_token_start", "profile_token_end"):
+        if torch.get(name) is None:
+            continue
+        if key != ROLLOUT_TORCH:
+            draft.warn(f"ignored {key}.{name} ({v.show(torch[name])}): verl reads it only "
+                       f"in {ROLLOUT_TORCH} (its rollout servers' engine profiler)")
+        elif run_tool != "torch":
+            draft.warn(f"ignored {key}.{name} ({v.show(torch[name])}): it only applies to the "
+                       "torch tool (as in verl)")
     for full, value, why, fix in asks:
         if run_tool == "torch" and enabled:
             raise ConfigError(full, f"{v.show(value)} is not supported: {why}; {_WINDOWS}; "
