@@ -17,6 +17,7 @@ from dataclasses import Field, dataclass, field
 from types import MappingProxyType
 from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 
+from verlprof.config.engine import EngineTorchConfig
 from verlprof.records import EXISTING_RUN as EXISTING_RUN  # re-exported: a config choice
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
 from verlprof.records import ExistingRun, OnRankFailure, Tool, Trigger, VerlRelease
@@ -217,25 +218,6 @@ class OnDemandConfig:
     (``--capture-range-end=repeat``) and the NVTX trigger, so ``verlprof capture --tool nsys``
     can open windows there later; their planned windows, if any, still open. Only these ranks
     take nsys requests. Needs ``enabled``."""
-
-
-@dataclass(frozen=True)
-class EngineTorchConfig:
-    """verl's own torch profiling of its rollout engines (verl 0.8+ layout, read from
-    ``actor_rollout_ref.rollout.profiler``): what verl's vLLM / SGLang servers do in their
-    ``start_profile`` / ``stop_profile`` when its ``tool_config.torch.discrete`` is true. Set by
-    the loader only (no key of verlprof's own)."""
-
-    trace_dir: str
-    """verl's ``save_path`` for the rollout: each engine writes its traces into
-    ``<trace_dir>/agent_loop_rollout_replica_<replica>/`` (``rollout_trace_dir``)."""
-    token_start: Optional[int] = None
-    """``profile_token_start``: engine iterations (one generated token per running sequence)
-    after ``start_profile`` before the engine records; None: from the first."""
-    token_end: Optional[int] = None
-    """``profile_token_end`` (exclusive, counted like ``token_start``); None: until
-    ``stop_profile``."""
-    key: str = "actor_rollout_ref.rollout.profiler.tool_config.torch"
 
 
 @dataclass(frozen=True)
