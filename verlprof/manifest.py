@@ -78,6 +78,9 @@ class ReportEntry:
     """``user@host`` who asked for it while the job ran (None: planned)."""
     requested_at: Optional[float] = None
     """When that request was accepted (seconds since the epoch)."""
+    origin: Optional[str] = None
+    """``verl``: written by verl's own route (its rollout engines' profiler), gathered by
+    verlprof; None: written by verlprof."""
 
     @property
     def identity(self) -> ReportIdentity:

@@ -351,15 +351,53 @@ def test_step_start_and_step_end_of_060_are_refused_with_torch():
                        f"{A}.tool_config.torch.step_end": None})).profiling.tool == "torch"
 
 
-def test_profile_tokens_of_the_rollout_are_refused_with_torch():
-    cfg = cfg_with(V091, **{f"{G}.tool": "torch", f"{R}.tool_config.torch.profile_token_start":
-                            10, f"{R}.enable": True})
-    assert error(cfg).startswith(f"{R}.tool_config.torch.profile_token_start: 10 is not "
-                                 "supported: verl passes it to the profiler of its rollout "
-                                 "servers")
-    cfg["global_profiler"]["tool"] = "nsys"
+TOKENS = {f"{G}.tool": "torch", f"{R}.enable": True, f"{R}.tool_config.torch.discrete": True,
+          f"{R}.tool_config.torch.profile_token_start": 10,
+          f"{R}.tool_config.torch.profile_token_end": 20}
+
+
+def test_profile_tokens_of_the_rollout_plan_verls_engine_window():
+    from verlprof.plan.model import EngineRoute, TokenWindow
+
+    route = plan(cfg_with(V091, **TOKENS)).engine_route
+    assert route == EngineRoute(group="rollout_replicas", steps=(1, 2),
+                                trace_dir="/tmp/verlprof-keys", tokens=TokenWindow(10, 20),
+                                key=f"{R}.tool_config.torch")
+    assert route.tokens.describe() == "engine iterations 10 to 20"
+    whole = plan(cfg_with(V091, **{**TOKENS, f"{R}.tool_config.torch.profile_token_start": None,
+                                   f"{R}.tool_config.torch.profile_token_end": None}))
+    assert whole.engine_route.tokens == TokenWindow(0, None)
+    # no engine route without discrete (verl's servers profile only then), nor with nsys
+    assert plan(cfg_with(V091, **{f"{G}.tool": "torch", f"{R}.enable": True})).engine_route \
+        is None
+    cfg = cfg_with(V091, **{**TOKENS, f"{G}.tool": "nsys"})
+    assert plan(cfg).engine_route is None
     assert any(w.startswith(f"ignored {R}.tool_config.torch.profile_token_start (10)")
                for w in warnings(cfg))
+
+
+@pytest.mark.parametrize("start,end,expected", [
+    (5, 5, "profile_token_end: must be greater than profile_token_start (5), got 5"),
+    (6, 2, "profile_token_end: must be greater than profile_token_start (6), got 2"),
+    (-1, None, "profile_token_start: must be a non-negative int, got -1"),
+    (None, 1.5, "profile_token_end: must be a non-negative int, got 1.5"),
+])
+def test_bad_profile_tokens_name_the_key(start, end, expected):
+    cfg = cfg_with(V091, **{**TOKENS, f"{R}.tool_config.torch.profile_token_start": start,
+                            f"{R}.tool_config.torch.profile_token_end": end})
+    assert error(cfg).startswith(f"{R}.tool_config.torch.{expected}")
+
+
+def test_profile_tokens_without_discrete_are_refused():
+    cfg = cfg_with(V091, **{**TOKENS, f"{R}.tool_config.torch.discrete": False})
+    assert error(cfg).startswith(f"{R}.tool_config.torch.profile_token_start: is set but "
+                                 f"{R}.tool_config.torch.discrete is false")
+
+
+def test_profile_tokens_of_another_role_are_ignored_as_verl_does():
+    cfg = cfg_with(V091, **{f"{G}.tool": "torch", f"{A}.tool_config.torch.profile_token_end": 9})
+    assert any(w.startswith(f"ignored {A}.tool_config.torch.profile_token_end (9): verl reads "
+                            f"it only in {R}.tool_config.torch") for w in warnings(cfg))
 
 
 def test_manual_save_and_targets_are_accepted():
@@ -401,14 +439,6 @@ def test_the_role_of_a_method_verl_annotates_without_a_label():
                                         "compute_ref_log_prob", "compute_values", "train_batch",
                                         "compute_rm_score", "other")] == [
         "rollout", "actor", "ref", "critic", "critic", "rm", None]
-
-
-def test_torch_discrete_rollout_names_the_rollout_servers_verlprof_does_not_drive():
-    cfg = cfg_with(V091, **{f"{G}.tool": "torch", f"{R}.enable": True,
-                            f"{R}.ranks": [1], f"{A}.tool_config.torch.discrete": True,
-                            f"{R}.tool_config.torch.discrete": True})
-    assert any(w.startswith(f"{R}.tool_config.torch.discrete: verl 0.9.1 also runs the torch "
-                            "profiler in its rollout servers") for w in warnings(cfg))
 
 
 def test_the_legacy_reward_model_block_in_090_is_read_with_a_warning():

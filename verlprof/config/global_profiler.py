@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from verlprof.config import validate as v
 from verlprof.config import verl_keys
 from verlprof.config.draft import Draft, RoleDraft
-from verlprof.config.schema import TOOLS
+from verlprof.config.schema import TOOLS, EngineTorchConfig
 from verlprof.config.verl_release import FINISH_HOOK_KEYS
 from verlprof.errors import ConfigError
 
@@ -67,6 +67,10 @@ _UNSUPPORTED_TOOLS = {
                     "torch contents list holding memory",
     "npu": "verlprof does not drive Ascend's NPU profiler",
     "precision_debugger": "verlprof does not drive msprobe's precision debugger"}
+
+ROLLOUT_BLOCK = "actor_rollout_ref.rollout.profiler"
+VERL_SAVE_PATH = "outputs/profile"
+"""verl's ``ProfilerConfig.save_path`` when the config leaves it null."""
 
 _DISCRETE_HINT = ("in verl's global_profiler layout nsys discrete is global: set "
                   "global_profiler.global_tool_config.nsys.discrete")
@@ -174,12 +178,9 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
     verl_keys.check_torch_extras(torch, f"{key}.tool_config.torch", gp.tool, enable, draft)
 
     if draft.config.tool == "torch":
-        if role_torch and enable and key == "actor_rollout_ref.rollout.profiler" and \
-                draft.verl is not None and draft.verl.at_least("0.8.0"):
-            draft.warn(f"{key}.tool_config.torch.discrete: verl {draft.verl.release} also runs "
-                       "the torch profiler in its rollout servers (vLLM, SGLang) with it; "
-                       "verlprof does not drive those servers, only the hybrid worker's "
-                       "process")
+        if key == ROLLOUT_BLOCK and enable:
+            _rollout_engine(torch, bool(role_torch), block.get("save_path") or gp.save_path,
+                            draft)
         discrete = gp.torch_discrete if role_torch is None else role_torch
         discrete_key = (f"{PREFIX}.global_tool_config.torch.discrete" if role_torch is None
                         else f"{key}.tool_config.torch.discrete")
@@ -206,6 +207,26 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
         draft.torch_contents_seen = {**draft.torch_contents_seen,
                                      f"{key}.tool_config.torch.contents": tuple(contents)}
     return out
+
+
+def _rollout_engine(torch: Mapping[Any, Any], discrete: bool, save_path: Optional[str],
+                    draft: Draft) -> None:
+    """The rollout's torch block (tool torch, enabled): verl's servers run their engine's
+    profiler in discrete mode, with the token window (verl 0.8.0+; 0.9.0+ for the window)."""
+    key = verl_keys.ROLLOUT_TORCH
+    start, end = verl_keys.token_window(torch, key)
+    if not discrete:
+        if start is not None or end is not None:
+            name = "profile_token_start" if start is not None else "profile_token_end"
+            raise ConfigError(f"{key}.{name}", f"is set but {key}.discrete is false: verl's "
+                                               "rollout servers run their engine profiler, and "
+                                               "its token window, only in discrete mode; set "
+                                               f"{key}.discrete: true")
+        return
+    if draft.verl is None or not draft.verl.at_least("0.8.0"):
+        return
+    draft.set(rollout_engine=EngineTorchConfig(trace_dir=save_path or VERL_SAVE_PATH,
+                                               token_start=start, token_end=end, key=key))
 
 
 def _enabled_without_ranks(out: RoleDraft, key: str, draft: Draft) -> RoleDraft:

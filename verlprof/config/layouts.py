@@ -222,6 +222,8 @@ def _read_global_layout(raw: Mapping[Any, Any], trainer: Mapping[Any, Any],
         draft.roles[role] = (_pick(sections[role], into, Section.has_profiler, read_role)
                              or read_role(None, into))
         if into is not draft:
+            # the rollout's own torch block still runs verl's engine profiler (its servers)
+            draft.set(rollout_engine=into.config.rollout_engine)
             own, actor = f"{ROLE_SECTIONS[role][0]}.", f"{ROLE_SECTIONS['actor'][0]}."
             draft.warnings += [w for w in into.warnings
                                if w.replace(own, actor) not in draft.warnings]

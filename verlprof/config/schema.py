@@ -17,6 +17,7 @@ from dataclasses import Field, dataclass, field
 from types import MappingProxyType
 from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 
+from verlprof.config.engine import EngineTorchConfig
 from verlprof.records import EXISTING_RUN as EXISTING_RUN  # re-exported: a config choice
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
 from verlprof.records import ExistingRun, OnRankFailure, Tool, Trigger, VerlRelease
@@ -307,6 +308,11 @@ class ProfilingConfig:
     verl_release: Optional[VerlRelease] = field(default=None, metadata=SET_BY_LOADER)
     """The verl release whose keys a verl-layout config uses, recognised from the keys present
     (None for the seed layout); it decides that release's semantics."""
+
+    rollout_engine: Optional[EngineTorchConfig] = field(default=None, metadata=SET_BY_LOADER)
+    """verl's own torch profiling of its rollout engines, when the rollout's profiler block
+    asks for it (tool torch, enabled, ``discrete: true``); verlprof drives it on its steps and
+    gathers the engines' traces."""
 
     disabled_reason: str = field(default="", metadata=SET_BY_LOADER)
     """Why ``enabled`` is false, naming the key (``trainer.profiler.enabled is false``); empty

@@ -9,10 +9,12 @@ what the key asks, or says in one line, naming the key, why it does not:
 * ``finish_hook_cmd`` / ``finish_hook_all_ranks`` / ``finish_hook_ranks``: one hook for the
   run (:class:`~verlprof.config.schema.FinishHookConfig`); a role block that says otherwise is
   an error, since verlprof runs the hook once, after gathering.
-* torch ``schedule`` (``active > 0``), 0.6/0.7's ``step_start`` / ``step_end`` and the
-  rollout's ``profile_token_start`` / ``end``: refused with the torch tool (they cut windows
-  inside one phase call, or in the rollout servers, which verlprof does not drive); with
-  another tool verl ignores them too, and verlprof says so.
+* torch ``schedule`` (``active > 0``) and 0.6/0.7's ``step_start`` / ``step_end``: refused
+  with the torch tool (they cut windows inside one phase call); with another tool verl ignores
+  them too, and verlprof says so.
+* the rollout's ``profile_token_start`` / ``end`` (0.9.0+): the token window of verl's own
+  engine profiling (:func:`token_window`), honoured; in another role's block verl ignores
+  them, and verlprof says so.
 * ``torch_memory``, ``npu``, ``precision_debugger`` blocks: tools verlprof does not drive
   (``tool:`` naming one is refused); a non-default value under them has no effect, as in verl,
   and is named in a warning.
@@ -47,6 +49,9 @@ DEFAULTS: Dict[str, Dict[str, Tuple[Any, ...]]] = {
 _TOOL_USE = {"torch_memory": "verl's torch_memory tool (CUDA memory snapshots)",
              "npu": "verl's npu tool (Ascend NPU profiler)",
              "precision_debugger": "verl's precision_debugger tool (msprobe)"}
+
+ROLLOUT_TORCH = "actor_rollout_ref.rollout.profiler.tool_config.torch"
+"""The block verl's rollout servers read their engine profiler's settings from."""
 
 _WINDOWS = ("verlprof's windows are whole steps or whole phase calls: one report per window, "
             "with nsys' repeat count exact")
@@ -85,17 +90,31 @@ def check_torch_extras(torch: Mapping[Any, Any], key: str, run_tool: Optional[st
                      "verl 0.6/0.7 count these in update_policy calls of its Megatron actor, "
                      "inside one step", "leave step_start: 0, step_end: null"))
     for name in ("profile_token_start", "profile_token_end"):
-        if torch.get(name) is not None:
-            asks.append((f"{key}.{name}", torch[name],
-                         "verl passes it to the profiler of its rollout servers (vLLM, SGLang: "
-                         "a window over engine iterations), which verlprof does not drive",
-                         "set it to null"))
+        if torch.get(name) is None:
+            continue
+        if key != ROLLOUT_TORCH:
+            draft.warn(f"ignored {key}.{name} ({v.show(torch[name])}): verl reads it only "
+                       f"in {ROLLOUT_TORCH} (its rollout servers' engine profiler)")
+        elif run_tool != "torch":
+            draft.warn(f"ignored {key}.{name} ({v.show(torch[name])}): it only applies to the "
+                       "torch tool (as in verl)")
     for full, value, why, fix in asks:
         if run_tool == "torch" and enabled:
             raise ConfigError(full, f"{v.show(value)} is not supported: {why}; {_WINDOWS}; "
                                     f"{fix}")
         draft.warn(f"ignored {full} ({v.show(value)}): it only applies to the torch tool "
                    f"{'of an enabled role ' if run_tool == 'torch' else ''}(as in verl)")
+
+
+def token_window(torch: Mapping[Any, Any], key: str) -> Tuple[Optional[int], Optional[int]]:
+    """The rollout's ``profile_token_start`` / ``profile_token_end``, checked as verl's
+    ``TorchProfilerToolConfig`` checks them: ints >= 0, end > start (None: not set)."""
+    start, end = (None if torch.get(n) is None else _count(torch[n], f"{key}.{n}")
+                  for n in ("profile_token_start", "profile_token_end"))
+    if start is not None and end is not None and end <= start:
+        raise ConfigError(f"{key}.profile_token_end", f"must be greater than "
+                                                      f"profile_token_start ({start}), got {end}")
+    return start, end
 
 
 def _count(value: Any, key: str) -> int:

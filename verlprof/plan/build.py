@@ -16,17 +16,20 @@ from verlprof import paths
 from verlprof.backends import Backend, get_backend
 from verlprof.config.schema import ComponentConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
+from verlprof.config.verl_pools import ROLLOUT_REPLICAS
 from verlprof.errors import ConfigError
 from verlprof.plan.model import (
     PHASE_ORDER,
     ROLE_PHASES,
     ControllerPlan,
+    EngineRoute,
     FinishHookPlan,
     PlanInputs,
     ProcessPlan,
     ProfilePlan,
     Report,
     RunPolicy,
+    TokenWindow,
     Window,
     WindowTime,
 )
@@ -88,9 +91,20 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
                          existing_run=config.existing_run),
         finish_hook=hook, unprofiled=topology.unprofiled,
         on_demand=dataclasses.replace(config.on_demand, enabled=config.serves_requests),
-        verl_release=config.verl_release,
+        verl_release=config.verl_release, engine_route=_engine_route(config, topology),
         disabled_reason="" if config.enabled else config.disabled_reason,
         built_from=PlanInputs(config=config, topology=topology))
+
+
+def _engine_route(config: ProfilingConfig, topology: Topology) -> Optional[EngineRoute]:
+    """verl's engine profiling on the rollout replicas, on every profiled step."""
+    engine = config.rollout_engine
+    if engine is None or not config.active or config.tool != "torch" \
+            or all(g.name != ROLLOUT_REPLICAS for g in topology.groups):
+        return None
+    return EngineRoute(group=ROLLOUT_REPLICAS, steps=tuple(sorted(set(config.steps))),
+                       trace_dir=engine.trace_dir, key=engine.key,
+                       tokens=TokenWindow(start=engine.token_start or 0, end=engine.token_end))
 
 
 def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessPlan],

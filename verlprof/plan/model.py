@@ -137,6 +137,39 @@ class ProcessPlan:
 
 
 @dataclass(frozen=True)
+class TokenWindow:
+    """Which engine iterations of a profiled step an engine's profiler records (verl's
+    ``profile_token_start/end``: one iteration generates one token per running sequence;
+    vLLM's ``delay_iterations`` / ``max_iterations``, SGLang's ``start_step`` / ``num_steps``)."""
+
+    start: int = 0
+    """Iterations after ``start_profile`` before recording begins."""
+    end: Optional[int] = None
+    """Iteration at which recording ends (exclusive); None: at ``stop_profile``."""
+
+    def describe(self) -> str:
+        if self.start == 0 and self.end is None:
+            return "every engine iteration"
+        return f"engine iterations {self.start} to {'the end' if self.end is None else self.end}"
+
+
+@dataclass(frozen=True)
+class EngineRoute:
+    """verl's own engine profiling on a served group's replicas, driven by verlprof: on each of
+    ``steps`` the replicas' servers get verl's ``start_profile`` / ``stop_profile`` (each server
+    decides by verl's rollout profiler block whether its engine profiles), and the traces the
+    engines write into ``<trace_dir>/agent_loop_rollout_replica_<r>/`` are moved into
+    ``<output_dir>/step<N>/<group>/verl_engine/replica<r>/`` and listed in the manifest."""
+
+    group: str
+    steps: Tuple[int, ...]
+    trace_dir: str
+    tokens: TokenWindow
+    key: str
+    """The config block it was read from (``...rollout.profiler.tool_config.torch``)."""
+
+
+@dataclass(frozen=True)
 class ControllerPlan:
     """The controller's own capture (only when controller options are set, nsys only)."""
 
@@ -208,6 +241,8 @@ class ProfilePlan:
     """The verl release whose keys the config uses (None: not a verl layout)."""
     window_time: WindowTime = field(default_factory=WindowTime)
     """Time bounds inside every window (the same on every planned rank)."""
+    engine_route: Optional[EngineRoute] = None
+    """verl's own engine profiling of the rollout replicas (tool torch), when asked for."""
     disabled_reason: str = ""
     """Why profiling is off though steps may be set, naming the key
     (``trainer.profiler.enabled is false``); empty while profiling is on."""

@@ -68,7 +68,7 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_files_table(plan))
     elif plan.on_demand.nsys_ranks:  # armed ranks, nothing planned: their launch commands
         _print_commands(plan, console)
-    for line in unprofiled_lines(plan) + finish_hook_lines(plan):
+    for line in unprofiled_lines(plan) + engine_route_lines(plan) + finish_hook_lines(plan):
         console.print(_text(line), soft_wrap=True)
     for warning in plan.warnings:
         console.print(_text(("warning:", "yellow"), f" {warning}"), soft_wrap=True)
@@ -80,6 +80,18 @@ def unprofiled_lines(plan: ProfilePlan) -> List[str]:
     """One line per process group of the run that no setting can profile (never an error)."""
     return [f"{g.name} ({g.description}, {g.world_size} ranks): present, not profiled: "
             f"{g.reason}" for g in plan.unprofiled]
+
+
+def engine_route_lines(plan: ProfilePlan) -> List[str]:
+    """verl's own engine profiling of the rollout replicas, which verlprof drives and gathers."""
+    route = plan.engine_route
+    if route is None:
+        return []
+    return [f"{route.group}: verl's engine profiler ({route.key}) on steps "
+            f"{', '.join(map(str, route.steps))}, {route.tokens.describe()}, in the replicas "
+            "verl's rollout profiler block selects; traces gathered from "
+            f"{route.trace_dir}/agent_loop_rollout_replica_<r>/ into "
+            f"step<N>/{route.group}/verl_engine/replica<r>/"]
 
 
 def finish_hook_lines(plan: ProfilePlan) -> List[str]:

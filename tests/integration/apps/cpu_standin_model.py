@@ -38,11 +38,15 @@ class TinyLM(torch.nn.Module):
 
     @torch.no_grad()
     def sample(self, prompt: Sequence[int], max_tokens: int, temperature: float,
-               eos: Optional[int], seed: int) -> Tuple[List[int], List[float]]:
+               eos: Optional[int], seed: int,
+               on_token: Any = None) -> Tuple[List[int], List[float]]:
         generator = torch.Generator().manual_seed(seed)
         ids, out, logprobs = torch.tensor(list(prompt)), [], []
         for _ in range(max_tokens):
-            logits = self.forward(ids)[-1]
+            if on_token is not None:  # one engine iteration per generated token
+                on_token()
+            with torch.profiler.record_function("cpu_standin.token"):
+                logits = self.forward(ids)[-1]
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, -1)
                 token = int(torch.multinomial(probs, 1, generator=generator))
@@ -62,6 +66,10 @@ class LocalEngine:
     def __init__(self, vocab_size: int, seed: int, eos: Optional[int]):
         torch.set_num_threads(1)
         self.model, self.eos, self.profiler = TinyLM(vocab_size, seed=seed), eos, None
+        self.window: Tuple[int, int] = (0, 0)
+        """vLLM's ``delay_iterations`` / ``max_iterations`` (0: no bound)."""
+        self.iteration, self.contents = 0, ()  # type: Tuple[int, Sequence[str]]
+        self.armed = self.recording = False
 
     def pid(self) -> int:
         return os.getpid()
@@ -70,19 +78,42 @@ class LocalEngine:
                  seed: int) -> Tuple[List[int], List[float]]:
         with nvtx.annotate("generate", color="green"), \
                 torch.profiler.record_function("cpu_standin.generate"):
-            return self.model.sample(prompt, max_tokens, temperature, self.eos, seed)
+            return self.model.sample(prompt, max_tokens, temperature, self.eos, seed,
+                                     self._iterate)
 
-    def start_profile(self, contents: Sequence[str]) -> None:
+    def _iterate(self) -> None:
+        """An engine iteration: vLLM's profiler records iterations ``delay_iterations`` to
+        ``delay_iterations + max_iterations`` (exclusive; 0: to the end) of its window."""
+        delay, most = self.window
+        if self.armed and self.profiler is None and self.iteration == delay:
+            self._start()
+        if self.recording and most and self.iteration == delay + most:
+            self.profiler.stop()
+            self.recording = False
+        self.iteration += 1
+
+    def _start(self) -> None:
+        contents = self.contents
         self.profiler = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes="shapes" in contents,
             with_stack="stack" in contents, profile_memory="memory" in contents)
         self.profiler.start()
+        self.recording = True
+
+    def start_profile(self, contents: Sequence[str], delay: int = 0, most: int = 0) -> None:
+        self.contents, self.window, self.iteration, self.armed = tuple(contents), (delay, most), \
+            0, True
+        if delay == 0:
+            self._start()
 
     def stop_profile(self, directory: str) -> str:
         """Stops the profiler and writes its trace into ``directory`` as vLLM names them."""
-        profiler, self.profiler = self.profiler, None
-        assert profiler is not None, "stop_profile without start_profile"
-        profiler.stop()
+        profiler, self.profiler, self.armed = self.profiler, None, False
+        if profiler is None:  # the window began after the last iteration: nothing recorded
+            return ""
+        if self.recording:
+            profiler.stop()
+            self.recording = False
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"{socket.gethostname()}_{os.getpid()}."
                                        f"{time.time_ns()}.pt.trace.json")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import socket
 import time
@@ -45,6 +46,7 @@ from typing import Any, Dict, List, Optional
 import ray
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.profiler.config import (
+    build_vllm_profiler_args,
     relocate_rollout_traces,
     rollout_profiler_global_ranks,
     rollout_trace_dir,
@@ -149,8 +151,15 @@ class CpuStandinServer:
         self._record("start_profile", kwargs=kwargs)
         if self.node_rank != 0 or not self._should_profile():
             return
-        contents = getattr(self.profiler_controller.tool_config, "contents", None) or []
-        await self._on_engine(self.engine.start_profile, list(contents))
+        # vLLM's route: verl's profiler args (the token window as delay/max iterations)
+        tool_config = self.profiler_controller.tool_config
+        args = json.loads(build_vllm_profiler_args(
+            self.profiler_controller.config, tool_config, self.replica_rank,
+            legacy_env=False).get("profiler_config", "{}"))
+        contents = getattr(tool_config, "contents", None) or []
+        await self._on_engine(self.engine.start_profile, list(contents),
+                              int(args.get("delay_iterations", 0)),
+                              int(args.get("max_iterations", 0)))
         self._profiling = True
 
     async def stop_profile(self) -> None:
@@ -160,7 +169,8 @@ class CpuStandinServer:
         self._profiling = False
         directory = rollout_trace_dir(self.profiler_controller.config, self.replica_rank)
         path = await self._on_engine(self.engine.stop_profile, directory)
-        self._record("trace_written", path=path)
+        if path:  # nothing when the token window began after the step's last iteration
+            self._record("trace_written", path=path)
         relocate_rollout_traces(self.profiler_controller.config, self.replica_rank,
                                 self.replica_world_size, self.profiler_keep_global_ranks)
 

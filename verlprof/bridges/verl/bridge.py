@@ -29,13 +29,14 @@ from verlprof.bridges.verl.driver_side import (
     patch_worker_groups,
     set_active_bridge,
 )
+from verlprof.bridges.verl.engine_route import EngineTraces
 from verlprof.bridges.verl.messages import nothing_profiled
 from verlprof.bridges.verl.served import patch_replicas
 from verlprof.bridges.verl.trainer import patch_trainers
 from verlprof.bridges.verl.worker_side import patch_dist_profiler
 from verlprof.config import config_from_dict
 from verlprof.config.topology import GroupTopology, Topology
-from verlprof.manifest import Manifest
+from verlprof.manifest import Manifest, write_manifest
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.runtime.controller import ProfileController
 
@@ -64,7 +65,7 @@ class Bridge:
     """verlprof's controller behind verl's trainer hooks, for one run."""
 
     def __init__(self, plan: ProfilePlan, controller: Optional[ProfileController] = None,
-                 **controller_options: Any):
+                 drive_engines: bool = True, **controller_options: Any):
         self.controller = controller or ProfileController(plan, **controller_options)
         self.plan = self.controller.plan  # <output_dir>/<run id>/ when the claim says so
         self.groups = GroupMap(self.plan, self._replan)
@@ -75,6 +76,11 @@ class Bridge:
         at exit)."""
         self._replicas: Dict[str, Dict[int, Any]] = {}
         """Replica servers launched so far, per replica group."""
+        route = self.plan.engine_route
+        self.engines = EngineTraces(route, self.plan.output_dir, drive_engines) \
+            if route is not None else None
+        """verl's own engine profiling of the replicas (``drive_engines``: verl's step list
+        was cleared, so the bridge calls their start/stop_profile)."""
 
     def _replan(self, built: BuiltGroup, name: str, predicted: bool) -> ProfilePlan:
         """verl built ``built`` as plan group ``name``, which the plan predicted other
@@ -125,14 +131,18 @@ class Bridge:
         step_context = self.controller.step(step)
         step_context.__enter__()
         self._open = (step, step_context)
+        if self.engines is not None:
+            self.engines.begin(step)
 
     def end_step(self, step: Optional[int]) -> None:
         """verl's ``_stop_profiling``: leave the step (closes the windows that end here)."""
         if self._open is None or (step is not None and self._open[0] != step):
             return
-        _, step_context = self._open
+        opened, step_context = self._open
         self._open = None
         step_context.__exit__(None, None, None)
+        if self.engines is not None:
+            self.engines.end(opened)
 
     def finish(self) -> Manifest:
         """Stop every window, gather every report into output_dir, write manifest.json
@@ -142,6 +152,11 @@ class Bridge:
             self.manifest = self.controller.finalize()
             if get_backend(self.plan.tool).output_at_exit and self._planned:
                 self.manifest = self._collect_at_exit()
+            if self.engines is not None:  # and what verl's engines wrote late
+                self.engines.gather(self.engines.step)
+                self.manifest = dataclasses.replace(
+                    self.manifest, reports=self.manifest.reports + tuple(self.engines.entries))
+                write_manifest(self.manifest, self.plan.output_dir)
             why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"  # armed,
                                                    for p in self.plan.processes if p.windows])
             if why is not None:  # the launcher exits 3 with it; a custom driver sees it here
@@ -169,7 +184,10 @@ def attach(config: Any, topology: Optional[Topology] = None, *, plan: Optional[P
     the config; ``plan`` skips planning (the launcher plans once, before verl starts, and
     clears verl's own step list)."""
     install()
-    bridge = Bridge(plan or plan_of(config, topology), **controller_options)
+    verl_steps = (config.get("global_profiler") or {}).get("steps") if hasattr(config, "get") \
+        else None  # cleared by the launcher: then the bridge drives verl's engine profiling
+    bridge = Bridge(plan or plan_of(config, topology), drive_engines=not verl_steps,
+                    **controller_options)
     set_active_bridge(bridge)
     return bridge
 

@@ -81,10 +81,29 @@ def _wrap_launch(launch: Callable) -> Callable:
             self.server_class = server_class
         if group is not None and self.servers:
             bridge.register_replica(group, int(self.replica_rank), self.servers[0])
+        route = bridge.plan.engine_route
+        if bridge.engines is not None and route is not None and replica_group(self) == route.group:
+            bridge.engines.add(int(self.replica_rank), self)
         return result
 
     setattr(launch_servers, MARK, True)
     return launch_servers
+
+
+def _wrap_stop_profile(stop: Callable) -> Callable:
+    """verl's own ``stop_profile`` of a replica (verl drives its engine profiling): what the
+    engine wrote is gathered as the bridge's latest step's."""
+    @functools.wraps(stop)
+    async def stop_profile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await stop(self, *args, **kwargs)
+        bridge = active_bridge()
+        engines = getattr(bridge, "engines", None)
+        if engines is not None and not engines.drive and int(self.replica_rank) in engines.replicas:
+            engines.gather(engines.step, only=int(self.replica_rank))
+        return result
+
+    setattr(stop_profile, MARK, True)
+    return stop_profile
 
 
 def patch_replicas() -> bool:
@@ -105,6 +124,9 @@ def patch_replicas() -> bool:
         launch = replica_class.launch_servers
         if not getattr(launch, MARK, False):
             replica_class.launch_servers = _wrap_launch(launch)
+        stop = getattr(replica_class, "stop_profile", None)
+        if stop is not None and not getattr(stop, MARK, False):
+            replica_class.stop_profile = _wrap_stop_profile(stop)
         return replica_class
 
     setattr(get_replica_class, MARK, True)
