@@ -9,13 +9,13 @@ logical GPUs verl's resource pools ask for): verl 0.9.1's real ``LLMServerManage
   windows on the odd steps, replica 0 selected (under nsys), replica 1 not.
 
 The sides take turns in blocks (ON, OFF, OFF, ON, ...). Each step sends ``requests`` generate
-calls to each replica of its side at once (what verl's ``LLMServerClient`` sends); the ON side's
-step is ``bridge.begin_step`` / ``end_step`` around them, as in fit's ``gen`` phase. The engine thread
-of replica 0 of each side is pinned to the first core, replica 1's to the second (a replica
-owns its GPUs and cores). Prints one line ``RESULT <json>``: per step the entry, body and exit of the ON
-step, each replica's generate time, the CPU time of the unselected replica's engine thread in
-the step, a bare round trip to ON's replica 0; the manifest; replica
-0's launch argv and environment (for nsys' floor).
+calls to each replica of its side at once (what verl's ``LLMServerClient`` sends); the ON
+side's step is ``bridge.begin_step`` / ``end_step`` around them, as in fit's ``gen`` phase.
+The engine thread of replica 0 of each side is pinned to the first core, replica 1's to the
+second (a replica owns its GPUs and cores). Prints one line ``RESULT <json>``: per step the
+entry, body and exit of the ON step, each replica's generate time, the CPU time of the
+unselected replica's engine thread in the step; bare round trips to ON's replica 0; the
+manifest; nsys' start floor under replica 0's nsys argv (measured after the run).
 
 argv: output directory, rounds, steps per block, requests per replica per step.
 """
