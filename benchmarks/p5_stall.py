@@ -122,8 +122,9 @@ def capture_start_floor(sessions: Sequence[Tuple[Sequence[str], Dict[str, str]]]
                         workdir: str, step_s: float = STEP_S) -> Dict[str, float]:
     """Median start latency of a capture range in bare processes, one under each nsys argv of
     ``sessions`` at once (meeting at a barrier before each series): ``alone`` (the previous
-    end has returned) and ``schedule`` (windows of ``step_s``, as many seconds apart). With several sessions, the
-    slowest one's median: a step's entry waits for every window it opens."""
+    end has returned) and ``schedule`` (windows of ``step_s``, as many seconds apart). With
+    several sessions, the slowest one's median: a step's entry waits for every window it
+    opens."""
     out = os.path.join(workdir, f"floor{len(sessions)}")
     barrier = os.path.join(out, "barrier")
     os.makedirs(barrier, exist_ok=True)
