@@ -3,7 +3,8 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand`` runs a subset. ``p4``
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas`` runs a subset
+(``replicas``: P5 and P3 on verl's rollout replicas, :mod:`benchmarks.replicas`). ``p4``
 includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
 synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under
 ``~/.cache/verlprof-bench``.
@@ -27,12 +28,13 @@ from benchmarks.common import Result, machine
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
                  p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=6, p3_block=12,
-                 p4_rounds=5, scale_rounds=3),
+                 p4_rounds=5, scale_rounds=3, replica_rounds=4, replica_block=8),
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5,
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
-                  p4_rounds=1, scale_rounds=1),
+                  p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4),
 }
-METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand")
+METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand",
+           "replicas")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -172,6 +174,11 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         finally:
             ray.shutdown()
 
+    if "replicas" in only:  # verl's replicas: a Ray cluster of its own (logical GPUs)
+        from benchmarks import replicas
+
+        results += guarded("replicas", lambda: replicas.run(
+            size["replica_rounds"], size["replica_block"], log=log))
     quick = args.quick
     if "p4-scale" in only:  # P4 at report sizes of 1-100 MB: no Ray needed
         from benchmarks import p4_scale

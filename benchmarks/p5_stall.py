@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
 from benchmarks.bounds import Started, deadline_s, ray_get
@@ -118,11 +119,12 @@ def run_loop(plan_dict: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def capture_start_floor(sessions: Sequence[Tuple[Sequence[str], Dict[str, str]]],
-                        workdir: str) -> Dict[str, float]:
+                        workdir: str, step_s: float = STEP_S) -> Dict[str, float]:
     """Median start latency of a capture range in bare processes, one under each nsys argv of
     ``sessions`` at once (meeting at a barrier before each series): ``alone`` (the previous
-    end has returned) and ``schedule`` (P5's own step schedule). With several sessions, the
-    slowest one's median: a step's entry waits for every window it opens."""
+    end has returned) and ``schedule`` (windows of ``step_s``, as many seconds apart). With
+    several sessions, the slowest one's median: a step's entry waits for every window it
+    opens."""
     out = os.path.join(workdir, f"floor{len(sessions)}")
     barrier = os.path.join(out, "barrier")
     os.makedirs(barrier, exist_ok=True)
@@ -133,7 +135,7 @@ def capture_start_floor(sessions: Sequence[Tuple[Sequence[str], Dict[str, str]]]
             argv = [a if not a.startswith("--output=") else f"--output={out}/floor{n}_%p"
                     for a in argv]
             procs.append(started.popen(
-                [*argv, sys.executable, APP, str(STEP_S), barrier, str(len(sessions))],
+                [*argv, sys.executable, APP, str(step_s), barrier, str(len(sessions))],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, **env}, cwd=ROOT))
         for proc in procs:
@@ -218,39 +220,64 @@ def _floor(plan: Any, controller_nsys: bool, work: str, log) -> Dict[str, float]
     return floor
 
 
+@dataclass(frozen=True)
+class Stall:
+    """What profiled steps added to a step, against P5's goals (seconds; medians)."""
+
+    enter_added: float
+    exit_added: float
+    body_added: float
+    trip: float
+    """A bare Ray round trip to the planned rank (median)."""
+    floor: float
+    """nsys' start floor on this schedule (:func:`capture_start_floor`'s ``schedule``)."""
+
+    @property
+    def entry_goal(self) -> float:
+        return self.floor + 2 * self.trip
+
+    @property
+    def ratio(self) -> float:
+        """The worse of exit/goal and entry/goal (goal 1.0)."""
+        return max(self.exit_added / (2 * self.trip), self.enter_added / self.entry_goal)
+
+    def detail(self, floors: Dict[str, float]) -> str:
+        sessions = "2 nsys sessions" if floors.get("sessions", 1.0) > 1 else "1 nsys session"
+        return (f"entry +{self.enter_added * 1e3:.1f} ms (goal <= nsys' floor, {sessions}, on "
+                f"this schedule {self.floor * 1e3:.1f} (alone {floors['alone'] * 1e3:.1f}) + 2 "
+                f"round trips {2 * self.trip * 1e3:.1f} = {self.entry_goal * 1e3:.1f} ms); exit "
+                f"+{self.exit_added * 1e3:.1f} ms (goal <= {2 * self.trip * 1e3:.1f} ms)")
+
+
+def stall(got: Dict[str, Any], floors: Dict[str, float], profiled: Sequence[int],
+          unprofiled: Sequence[int]) -> Stall:
+    """P5's comparison: ``got`` holds per step (keys int or str) ``enter``, ``body`` and
+    ``exit`` seconds, and ``bare`` round trips; profiled steps' medians minus unprofiled."""
+    def added(kind: str) -> float:
+        by_step = {int(k): v for k, v in got[kind].items()}
+        return median([by_step[s] for s in profiled]) - median([by_step[s] for s in unprofiled])
+
+    return Stall(enter_added=added("enter"), exit_added=added("exit"), body_added=added("body"),
+                 trip=statistics.median(got["bare"]), floor=floors["schedule"])
+
+
 def _result(got: Dict[str, Any], floors: Dict[str, float], discrete: bool,
             controller_nsys: bool,
             problems: List[str]) -> Result:
     prof = [s for s in range(1, STEPS + 1) if s % 2 == 1 and s > 1]  # step 1: warm-up
     base = [s for s in range(1, STEPS + 1) if s % 2 == 0]
-    enter = {int(k): v for k, v in got["enter"].items()}
-    exit_ = {int(k): v for k, v in got["exit"].items()}
-    enter_added = median([enter[s] for s in prof]) - median([enter[s] for s in base])
-    exit_added = median([exit_[s] for s in prof]) - median([exit_[s] for s in base])
-    body = {int(k): v for k, v in got["body"].items()}
-    body_added = median([body[s] for s in prof]) - median([body[s] for s in base])
-    trip = statistics.median(got["bare"])
-    floor = floors["schedule"]
-    exit_ratio = exit_added / (2 * trip)
-    entry_goal = floor + 2 * trip
-    ratio = max(exit_ratio, enter_added / entry_goal)
+    added = stall(got, floors, prof, base)
     mode = ("discrete" if discrete else "whole") + (", controller under nsys" if controller_nsys
                                                     else "")
-    sessions = "2 nsys sessions" if floors.get("sessions", 1.0) > 1 else "1 nsys session"
-    details = [f"entry +{enter_added * 1e3:.1f} ms (goal <= nsys' floor, {sessions}, on this "
-               "schedule "
-               f"{floor * 1e3:.1f} (alone {floors['alone'] * 1e3:.1f}) + 2 round trips "
-               f"{2 * trip * 1e3:.1f} = {entry_goal * 1e3:.1f} ms); exit "
-               f"+{exit_added * 1e3:.1f} ms (goal <= {2 * trip * 1e3:.1f} ms)",
+    details = [added.detail(floors),
                f"inside the step (the phases' own windows in discrete mode): "
-               f"+{body_added * 1e3:.1f} ms",
+               f"+{added.body_added * 1e3:.1f} ms",
                f"{len(prof)} profiled steps vs {len(base)} unprofiled, {STEP_S * 1e3:.0f} ms "
                "each; ratio = the worse of exit/goal and entry/goal"]
     details += [f"window: {p}" for p in problems] or ["every report holds exactly its step"]
     return Result(f"P5 step time added by profiling ({mode}) vs its goal",
-                  ratio if not problems else None, 1.0, details=details,
+                  added.ratio if not problems else None, 1.0, details=details,
                   note="; ".join(problems[:2]))
-
 
 if __name__ == "__main__":
     run_standalone(run)

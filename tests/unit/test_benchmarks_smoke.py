@@ -133,7 +133,7 @@ def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
     assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace",
-                       "on-demand")
+                       "on-demand", "replicas")
 
 
 def test_p5_result_compares_entry_and_exit_with_their_own_floors():
@@ -178,3 +178,32 @@ def test_on_demand_launches_the_armed_plan_and_serves_at_tiny_size(tmp_path):
     assert serving.ratio is not None and serving.goal == 1.03
     assert "refused at the desk 0" in serving.details[-1]
     assert latency.ratio is not None and latency.goal_text == "<= 1 step"
+
+
+def test_replicas_rows_from_a_run():
+    from benchmarks import replicas
+
+    steps, block = 8, 4
+    kept = [s for s in range(1, steps + 1) if (s - 1) % block]
+    profiled, unprofiled = [s for s in kept if s % 2], [s for s in kept if not s % 2]
+    per_step = {str(s): (0.9 if s % 2 else 0.001) for s in range(1, steps + 1)}
+    got = {"times": {"enter": per_step, "exit": {str(s): 0.001 for s in range(1, steps + 1)},
+                     "body": {str(s): 0.02 for s in range(1, steps + 1)},
+                     "on": {str(s): [0.03, 0.012] for s in range(1, steps + 1)},
+                     "off": {str(s): [0.02, 0.010] for s in range(1, steps + 1)},
+                     "cpu_on": {str(s): 0.008 for s in range(1, steps + 1)},
+                     "cpu_off": {str(s): 0.008 for s in range(1, steps + 1)}},
+           "bare": [0.002] * steps,
+           "manifest": {"step_windows": [[1], [3], [5], [7]],
+                        "processes": [{"group": "rollout_replicas", "rank": 0,
+                                       "under_profiler": True}],
+                        "reports": [{"group": "rollout_replicas", "path": f"r{s}",
+                                     "status": "ok"} for s in (1, 3, 5, 7)]}}
+    floor = {"alone": 0.1, "schedule": 0.95}
+    p5 = replicas._p5(got, floor, profiled, unprofiled)
+    assert p5.verdict == "PASS" and p5.goal == 1.0 and "4/4 replica reports ok" in p5.details[2]
+    p3 = replicas._p3(got, kept, profiled)
+    assert p3.ratio == pytest.approx(1.2) and p3.verdict == "MISS" and p3.goal == 1.03
+    got["manifest"]["processes"].append({"group": "rollout_replicas", "rank": 1,
+                                         "under_profiler": True})
+    assert replicas._p5(got, floor, profiled, unprofiled).verdict == "N/A"

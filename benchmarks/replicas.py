@@ -1,0 +1,118 @@
+"""P5 and P3 on verl's rollout replicas (issue 26): the stand-in engine's servers, driven by
+verl 0.9.1's real ``LLMServerManager`` / ``RolloutReplica`` classes, profiled through
+verlprof's bridge (:mod:`benchmarks.replicas_app`, in a process and Ray cluster of its own:
+verl's resource pools ask for GPUs, which the cluster declares as logical ones).
+
+- P5 on a replica: what a profiled step (nsys, whole step, replica 0 under nsys, the odd steps)
+  adds to the step's wall time, profiled steps' medians minus unprofiled ones', against the
+  bounds used for trainer ranks (:func:`benchmarks.p5_stall.stall`): exit <= 2 bare Ray
+  round trips to the replica's server; entry <= nsys' own start floor on the same schedule
+  (measured in bare processes under the replica's own nsys argv, windows as long as the
+  run's steps) + 2 round trips.
+- P3 on a replica: the generate time of the unselected replica 1 (another replica of the same
+  manager under nsys) in profiled steps, vs replica 1 of a second manager with no verlprof at
+  all, the two sides taking turns in blocks; goal P3's (:data:`benchmarks.p3_unselected.GOAL`).
+
+The first step of every block is dropped from both. Medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any, Dict, List
+
+from benchmarks.bounds import deadline_s, run_bounded
+from benchmarks.common import ROOT, Result, median, spread
+from benchmarks.p3_unselected import GOAL as P3_GOAL
+from benchmarks.p5_stall import stall
+from benchmarks.replicas_app import RESULT
+
+REQUESTS = 8
+"""Generate calls per replica per step (about 20 ms of generation: P5's step)."""
+
+
+def run(rounds: int = 4, block: int = 8, log=print) -> List[Result]:
+    work = tempfile.mkdtemp(prefix="verlprof-bench-replicas-")
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        done = run_bounded(
+            "replicas", [sys.executable, "-m", "benchmarks.replicas_app", work, str(rounds),
+                         str(block), str(REQUESTS)],
+            deadline_s(240, 3.0, rounds * block), "replicas: verl's replicas, ON and OFF",
+            env=env, cwd=ROOT)
+        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
+        if line is None:
+            raise RuntimeError(f"replicas app exit {done.returncode}: {done.stderr[-400:]}")
+        got = json.loads(line[len(RESULT):])
+        steps = rounds * block
+        kept = [s for s in range(1, steps + 1) if (s - 1) % block]  # each block's first out
+        profiled = [s for s in kept if s % 2 == 1]
+        unprofiled = [s for s in kept if s % 2 == 0]
+        floor = got["floor"]
+        log(f"replicas: capture-range start in bare processes under replica 0's nsys: alone "
+            f"{floor['alone'] * 1e3:.1f} ms, windows of {floor['step_s'] * 1e3:.1f} ms as far "
+            f"apart {floor['schedule'] * 1e3:.1f} ms (medians of 3)")
+        return [_p5(got, floor, profiled, unprofiled), _p3(got, kept, profiled)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _p5(got: Dict[str, Any], floor: Dict[str, float], profiled: List[int],
+        unprofiled: List[int]) -> Result:
+    added = stall(got["times"] | {"bare": got["bare"]}, floor, profiled, unprofiled)
+    reports = [r for r in got["manifest"]["reports"] if r["group"] == "rollout_replicas"]
+    wrapped = sorted(f"{p['group']} rank {p['rank']}" for p in got["manifest"]["processes"]
+                     if p.get("under_profiler"))
+    problems = [f"{r['path']}: {r['status']} ({r.get('reason')})" for r in reports
+                if r["status"] != "ok"]
+    if len(reports) != len(got["manifest"]["step_windows"]):
+        problems.append(f"{len(reports)} replica reports for "
+                        f"{len(got['manifest']['step_windows'])} windows")
+    if "rollout_replicas rank 1" in wrapped:
+        problems.append("the unselected replica ran under the profiler")
+    details = [added.detail(floor),
+               f"inside the step (replica 0 generating under a live nsys window): "
+               f"+{added.body_added * 1e3:.1f} ms",
+               f"{len(profiled)} profiled steps vs {len(unprofiled)} unprofiled, "
+               f"{REQUESTS} requests per replica per step; under a profiler: "
+               f"{', '.join(wrapped) or 'nothing'}; {len(reports) - len(problems)}/{len(reports)}"
+               " replica reports ok"]
+    details += [f"problem: {p}" for p in problems]
+    return Result("P5 replica: step time added by profiling (whole, stand-in rollout replica "
+                  "under nsys) vs its goal", added.ratio if not problems else None, 1.0,
+                  details=details, note="; ".join(problems[:2]))
+
+
+def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int]) -> Result:
+    times = got["times"]
+    on = [times["on"][str(s)][1] for s in profiled]
+    on_all = [times["on"][str(s)][1] for s in kept]
+    off = [times["off"][str(s)][1] for s in kept]
+    cpu_on = [times["cpu_on"][str(s)] for s in profiled]
+    cpu_off = [times["cpu_off"][str(s)] for s in kept]
+    selected = {side: median([times[side][str(s)][0] for s in steps])
+                for side, steps in (("on", profiled), ("off", kept))}
+    details = [f"on  (replica 0 under nsys, its window open): {_ms(on)}",
+               f"off (no verlprof): {_ms(off)}",
+               f"every ON step, windows open or not: {median(on_all) / median(off):.3f}x",
+               f"CPU time of replica 1's engine thread in the same steps: on "
+               f"{median(cpu_on) * 1e3:.2f} ms, off {median(cpu_off) * 1e3:.2f} ms = "
+               f"{median(cpu_on) / median(cpu_off):.3f}x",
+               f"selected replica 0 (context, the other core): on {selected['on'] * 1e3:.2f} "
+               f"ms, off {selected['off'] * 1e3:.2f} ms"]
+    return Result("P3 unselected replica (rollout replica 1) generate time, profiling on vs "
+                  "off", median(on) / median(off), P3_GOAL, details=details)
+
+
+def _ms(seconds: List[float]) -> str:
+    return spread([s * 1e9 for s in seconds])
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row.line(), *row.details, sep="\n  ")
