@@ -293,3 +293,68 @@ def test_on_demand_capture_of_a_running_bridged_fit(ray_cluster, tmp_path):
     # actors): the torch profiler follows every thread of a verl process
     assert {"actor/compute_log_prob", "actor/update_actor"} <= names, sorted(
         n for n in names if n and not n.startswith("aten::"))
+
+
+TOKEN_WINDOW = (1, 3)
+"""verl's rollout ``profile_token_start`` / ``end``: engine iterations 1 and 2 of a step."""
+TORCH_CFG = "actor_rollout_ref.rollout.profiler.tool_config.torch"
+ENGINE_ROUTE = [*ROLLOUT_PROFILE, SPAWN_ENGINE,
+                f"{TORCH_CFG}.profile_token_start={TOKEN_WINDOW[0]}",
+                f"{TORCH_CFG}.profile_token_end={TOKEN_WINDOW[1]}"]
+"""verl's own engine profiling of the rollout on step 1 (its rollout block, torch, discrete)
+with a token window, the engine in a process of its own."""
+
+
+def _assert_engine_trace_gathered(result, manifest, out):
+    """One start/stop pair (step 1); the engine's trace moved into the output directory and
+    listed as verl's (``origin``); only the token window's iterations recorded."""
+    import gzip
+
+    _, server = _only_server(result)
+    methods = [c["method"] for c in server["calls"]]
+    assert methods.count("start_profile") == methods.count("stop_profile") == 1, methods
+    verl = [e for e in manifest["reports"] if e.get("origin") == "verl"]
+    assert [(e["group"], e["rank"], list(e["steps"]), e["component"], e["status"])
+            for e in verl] == [("rollout_replicas", 0, [1], "verl_engine", "ok")], \
+        manifest["reports"]
+    path = out / verl[0]["path"]
+    assert path.is_file() and verl[0]["bytes"] == path.stat().st_size
+    assert not list(out.glob("agent_loop_rollout_replica_*/*.json"))  # moved, not copied
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    start, end = TOKEN_WINDOW
+    assert sum(e.get("name") == "cpu_standin.token" for e in events) == end - start
+
+
+def test_verls_engine_profiling_under_the_launcher_is_gathered_with_its_token_window(
+        ray_cluster, tmp_path):
+    """Through verlprof's launcher, which clears verl's step list: the bridge calls the
+    servers' ``start_profile`` / ``stop_profile`` around step 1 itself, and the engine records
+    iterations 1 and 2 of the step only, as vLLM does with verl's ``delay_iterations`` /
+    ``max_iterations``."""
+    from verl.trainer.main_ppo import run_ppo
+
+    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
+    from verlprof.bridges.verl.launch import wrap_run_ppo
+
+    config = compose(ENGINE_ROUTE, str(tmp_path))
+    wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
+    with open(observed_path(config)) as handle:
+        result = json.load(handle)
+    with open(tmp_path / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert result["global_steps"] == STEPS
+    _assert_engine_trace_gathered(result, manifest, tmp_path)
+
+
+def test_verls_engine_profiling_in_your_own_driver_is_gathered_after_its_stop(ray_cluster,
+                                                                              tmp_path):
+    """A driver that keeps verl's step list and calls ``LLMServerManager.start_profile`` /
+    ``stop_profile`` itself, with the bridge attached: the bridge leaves the calls to verl and
+    gathers the trace after each replica's ``stop_profile``."""
+    from tests.integration.apps.verl_cpu_rollout import run_generation
+
+    result = run_generation("standalone", ENGINE_ROUTE, str(tmp_path), bridged=True)
+    assert result["global_steps"] == STEPS
+    _assert_engine_trace_gathered(result, result["manifest"], tmp_path)

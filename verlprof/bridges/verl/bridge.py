@@ -36,7 +36,7 @@ from verlprof.bridges.verl.trainer import patch_trainers
 from verlprof.bridges.verl.worker_side import patch_dist_profiler
 from verlprof.config import config_from_dict
 from verlprof.config.topology import GroupTopology, Topology
-from verlprof.manifest import Manifest, write_manifest
+from verlprof.manifest import Manifest
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.runtime.controller import ProfileController
 
@@ -156,7 +156,7 @@ class Bridge:
                 self.engines.gather(self.engines.step)
                 self.manifest = dataclasses.replace(
                     self.manifest, reports=self.manifest.reports + tuple(self.engines.entries))
-                write_manifest(self.manifest, self.plan.output_dir)
+                self.manifest = self.controller._write(self.manifest)  # as the run owns it
             why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"  # armed,
                                                    for p in self.plan.processes if p.windows])
             if why is not None:  # the launcher exits 3 with it; a custom driver sees it here
