@@ -105,13 +105,20 @@ def test_enable_without_ranks_is_rank0_from_080_and_no_rank_before():
            "to profile rank 0" in loaded.warnings
 
 
-def test_rollout_follows_the_actor_and_a_different_rollout_block_is_named():
+def test_a_rollout_block_set_apart_selects_the_replicas_and_the_hybrid_worker_follows_the_actor():
     cfg = cfg_with(V091, **{"actor_rollout_ref.rollout": role("rollout", enable=True,
                                                                ranks=[3])})
     loaded = load(cfg)
-    assert loaded.profiling.components.rollout.ranks == (1,)
-    assert f"ignored {R} (rank 3): verl 0.9.1's hybrid worker profiles actor and rollout with " \
-           f"{A}" in loaded.warnings
+    assert loaded.profiling.components.rollout.ranks == (1,)  # the hybrid worker: the actor's
+    assert loaded.profiling.rollout_replicas.ranks == (3,)  # verl's servers read their own
+    assert f"{R} (rank 3) selects the rollout replicas, as verl 0.9.1's rollout servers read " \
+           f"it; the hybrid worker's rollout phases follow {A}" in loaded.warnings
+    assert load(cfg_with(V091)).profiling.rollout_replicas is None  # not set apart
+    # verl 0.6 has no replicas: the block is ignored, as its hybrid worker ignores it
+    old = load(cfg_with(v06(), **{"actor_rollout_ref.rollout": role("rollout", enable=True,
+                                                                     ranks=[3])}))
+    assert old.profiling.rollout_replicas is None
+    assert any(w.startswith(f"ignored {R} (rank 3)") for w in old.warnings)
 
 
 def test_ref_follows_the_actor_in_080_but_has_its_own_block_in_060():

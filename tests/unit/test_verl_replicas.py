@@ -107,3 +107,28 @@ def test_torch_follows_every_thread_of_verls_processes_and_only_the_plans_own(co
     assert all(p.capture_options.get("all_threads") for p in plan.processes)
     assert not any(p.capture_options.get("all_threads")
                    for p in seed_plan(tmp_path, [1]).processes)
+
+
+def test_a_rollout_block_set_apart_selects_the_replicas(compose):
+    """verl's servers read the rollout's own block (it interpolates the actor's unless set
+    apart): ranks there pick the replicas, while the training processes follow the actor."""
+    plan = compose("actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[0]",
+                   "actor_rollout_ref.rollout.profiler.ranks=[3]")
+    assert _replicas(plan) == [1]  # GPU 3 is replica 1's (tensor parallel 2)
+    assert [(p.group, p.rank) for p in plan.processes if p.group == "global_pool"] == [
+        ("global_pool", 0)]
+    off = compose("actor_rollout_ref.actor.profiler.enable=true",
+                  "actor_rollout_ref.actor.profiler.ranks=[0]",
+                  "actor_rollout_ref.rollout.profiler.enable=false")
+    assert _replicas(off) == [] and [p.group for p in off.processes] == ["global_pool"]
+
+
+def test_a_replica_rank_outside_the_replicas_is_one_line_naming_the_key(compose):
+    from verlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        compose("actor_rollout_ref.actor.profiler.enable=true",
+                "actor_rollout_ref.rollout.profiler.ranks=[9]")
+    assert str(err.value) == ("actor_rollout_ref.rollout.profiler.ranks: rank 9 is outside "
+                              "the rollout replicas' 4 GPUs")

@@ -33,6 +33,8 @@ class RoleDraft(ComponentConfig):
 
     all_ranks_key: str = ""
     """Full key the all-ranks flag was read from (the schema keeps only the ranks' key)."""
+    given: bool = False
+    """The role's ``profiler`` block is in the config (False: the role sets nothing)."""
 
     @property
     def selection_key(self) -> str:

@@ -192,7 +192,8 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
                        f"{discrete_key} ({str(gp.nsys_discrete).lower()}) applies to every "
                        "role")
     out = RoleDraft(ranks=ranks, all_ranks=all_ranks, discrete=discrete, ranks_key=f"{key}.ranks",
-                    all_ranks_key=f"{key}.all_ranks", discrete_key=discrete_key)
+                    all_ranks_key=f"{key}.all_ranks", discrete_key=discrete_key,
+                    given=bool(block))
     if not enable:
         if out.selects_any:
             draft.warn(f"{out.selection_key} is set but {key}.enable is false, so this role is "

@@ -314,6 +314,12 @@ class ProfilingConfig:
     asks for it (tool torch, enabled, ``discrete: true``); verlprof drives it on its steps and
     gathers the engines' traces."""
 
+    rollout_replicas: Optional[ComponentConfig] = field(default=None, metadata=SET_BY_LOADER)
+    """The rollout's own profiler block where it is set apart from the actor's (verl 0.7+):
+    verl's rollout servers read it, so it selects the rollout replicas, while the hybrid
+    worker's rollout phases follow the actor's block. None: the replicas follow the rollout
+    role."""
+
     disabled_reason: str = field(default="", metadata=SET_BY_LOADER)
     """Why ``enabled`` is false, naming the key (``trainer.profiler.enabled is false``); empty
     while enabled. ``verlprof plan`` prints it instead of a bare "off"."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from verlprof.config.draft import Draft, RoleDraft
+from verlprof.config.schema import ComponentConfig
 from verlprof.config.verl_release import VerlTraits
 
 
@@ -32,9 +33,18 @@ def apply(draft: Draft, traits: VerlTraits) -> None:
         draft.warn(f"{_block(roles['actor'])}: {verl}'s FSDP hybrid worker reads only "
                    f"{_block(roles['rollout'])} (the last block it assigns wins), so verl itself "
                    "would not profile what this block selects; verlprof profiles it")
-    if traits.rollout_follows_actor:
+    own, actor = roles["rollout"], roles["actor"]
+    if traits.rollout_follows_actor and traits.at_least("0.7.0") and own.given \
+            and _selection(own) != _selection(actor):
+        # the block was set apart from the actor's: verl's rollout servers read it
+        draft.set(rollout_replicas=ComponentConfig(**own.component()))
+        draft.warn(f"{_block(own)} ({_describe(own)}) selects the rollout replicas, as "
+                   f"{verl}'s rollout servers read it; the hybrid worker's rollout phases "
+                   f"follow {_block(actor)}")
+        roles["rollout"] = dataclasses.replace(actor)
+    elif traits.rollout_follows_actor:
         _follow(draft, "rollout", f"{verl}'s hybrid worker profiles actor and rollout with "
-                                  f"{_block(roles['actor'])}")
+                                  f"{_block(actor)}")
     if traits.ref_follows_actor:
         _follow(draft, "ref", f"{verl} runs the reference policy inside the actor's worker, "
                               f"which it profiles with {_block(roles['actor'])}")
@@ -68,4 +78,6 @@ def _block(role: RoleDraft) -> str:
 def _describe(role: RoleDraft) -> str:
     if role.all_ranks:
         return "all ranks"
+    if not role.ranks:
+        return "no rank"
     return f"rank{'s' if len(role.ranks) > 1 else ''} {', '.join(map(str, role.ranks))}"

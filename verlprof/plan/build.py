@@ -67,7 +67,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
             mode = "whole" if group.served else _group_mode(config, group)
             for rank in range(group.world_size):
                 selecting = tuple(r for r in group.roles
-                                  if _selects(config.components.get(r), rank, group.rank_span))
+                                  if _selects(_component(config, group, r), rank,
+                                              group.rank_span))
                 if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
                     processes.append(_process_plan(config, topology, backend, group, rank,
                                                    selecting, mode, windows, window_time,
@@ -181,6 +182,14 @@ def _finish_hook(config: ProfilingConfig, processes: List[ProcessPlan],
     return FinishHookPlan(cmd=hook.cmd, targets=targets, timeout_s=hook.timeout_s, key=key)
 
 
+def _component(config: ProfilingConfig, group: GroupTopology, role: str) -> ComponentConfig:
+    """The block that selects ``role``'s ranks in ``group``: the rollout's own block for the
+    rollout replicas where it was set apart from the actor's (verl's servers read it)."""
+    if group.name == ROLLOUT_REPLICAS and config.rollout_replicas is not None:
+        return config.rollout_replicas
+    return config.components.get(role)
+
+
 def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
     """The component selects ``rank`` (a replica owning ``span`` global ranks: any of them)."""
     if span == 1:
@@ -189,6 +198,13 @@ def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
 
 
 def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:
+    replicas = next((g for g in topology.groups if g.name == ROLLOUT_REPLICAS), None)
+    if config.rollout_replicas is not None and replicas is not None:
+        size = replicas.world_size * replicas.rank_span
+        for rank in config.rollout_replicas.ranks:
+            if rank >= size:
+                raise ConfigError(config.rollout_replicas.ranks_key,
+                                  f"rank {rank} is outside the rollout replicas' {size} GPUs")
     for role in ("actor", "rollout", "ref", "critic", "rm"):
         component = config.components.get(role)
         group = topology.group_of(role)
