@@ -132,28 +132,37 @@ BRIDGED = [
 replica owning global rank 0, as verl maps the rollout's ranks), the NVTX trigger (no GPU)."""
 
 
+def _launched_fit(overrides, out):
+    """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config;
+    (what the fit observed, the run's manifest), after checking it ran every step."""
+    from verl.trainer.main_ppo import run_ppo
+
+    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
+    from verlprof.bridges.verl.launch import wrap_run_ppo
+
+    config = compose(overrides, str(out))
+    wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
+    with open(observed_path(config)) as handle:
+        result = json.load(handle)
+    with open(out / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert result["global_steps"] == STEPS
+    return result, manifest
+
+
 def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_cluster, tmp_path):
     """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config (no
     topology given): the training process and the replica's server run under nsys, each writes
     one report per step, the server's holds every request of its step as ``rollout/generate``,
     and ``verlprof report`` shows both groups side by side."""
     from rich.console import Console
-    from verl.trainer.main_ppo import run_ppo
 
     from tests.helpers import require_nsys
-    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
     from tests.integration.runtime_helpers import nvtx_names
-    from verlprof.bridges.verl.launch import wrap_run_ppo
     from verlprof.report import summarize
 
     require_nsys()
-    config = compose(BRIDGED, str(tmp_path))
-    wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
-    with open(observed_path(config)) as handle:
-        result = json.load(handle)
-    with open(tmp_path / "manifest.json") as handle:
-        manifest = json.load(handle)
-    assert result["global_steps"] == STEPS
+    result, manifest = _launched_fit(BRIDGED, tmp_path)
     _, server = _only_server(result)
     entries = {(e["group"], e["rank"], tuple(e["steps"])): e for e in manifest["reports"]}
     assert sorted(entries) == [("global_pool", 0, (1,)), ("global_pool", 0, (2,)),
@@ -333,18 +342,7 @@ def test_verls_engine_profiling_under_the_launcher_is_gathered_with_its_token_wi
     servers' ``start_profile`` / ``stop_profile`` around step 1 itself, and the engine records
     iterations 1 and 2 of the step only, as vLLM does with verl's ``delay_iterations`` /
     ``max_iterations``."""
-    from verl.trainer.main_ppo import run_ppo
-
-    from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
-    from verlprof.bridges.verl.launch import wrap_run_ppo
-
-    config = compose(ENGINE_ROUTE, str(tmp_path))
-    wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
-    with open(observed_path(config)) as handle:
-        result = json.load(handle)
-    with open(tmp_path / "manifest.json") as handle:
-        manifest = json.load(handle)
-    assert result["global_steps"] == STEPS
+    result, manifest = _launched_fit(ENGINE_ROUTE, tmp_path)
     _assert_engine_trace_gathered(result, manifest, tmp_path)
 
 
