@@ -190,7 +190,10 @@ def test_bridged_replica_in_mode_writes_its_generation_per_step(ray_cluster, tmp
                                                                 tool):
     """The bridge attached in a driver that runs verl's LLMServerManager itself: the selected
     replica's server (standalone: its engine in a process the server spawns) writes one report
-    per step holding each request of the step, with torch (in-process) and nsys alike."""
+    per step holding each request of the step, with torch (in-process) and nsys alike. With
+    torch, verl's own engine profiling runs beside it (the rollout's block, with a token
+    window): the driver keeps verl's step list and calls the servers' start/stop_profile
+    itself, and the bridge gathers each step's engine trace after verl's stop_profile."""
     import gzip
 
     from tests.integration.apps.verl_cpu_rollout import run_generation
@@ -202,11 +205,15 @@ def test_bridged_replica_in_mode_writes_its_generation_per_step(ray_cluster, tmp
         require_nsys()
     profiler = [o.replace("global_profiler.tool=nsys", f"global_profiler.tool={tool}")
                 for o in BRIDGED]
-    result = run_generation(mode, [*profiler, *([SPAWN_ENGINE] if mode == "standalone" else [])],
-                            str(tmp_path), bridged=True)
+    engine = ENGINE_KEYS if tool == "torch" else []
+    result = run_generation(mode, [*profiler, *([SPAWN_ENGINE] if mode == "standalone" else []),
+                                   *engine], str(tmp_path), bridged=True)
     assert result["global_steps"] == STEPS
     _, server = _only_server(result)
-    entries = [e for e in result["manifest"]["reports"] if e["group"] == "rollout_replicas"]
+    if engine:
+        _assert_engine_trace_gathered(result, result["manifest"], tmp_path, steps=(1, 2))
+    entries = [e for e in result["manifest"]["reports"]
+               if e["group"] == "rollout_replicas" and not e.get("origin")]
     assert [(e["rank"], e["steps"], e["status"]) for e in entries] == [
         (0, (1,), "ok"), (0, (2,), "ok")], result["manifest"]["reports"]
     for entry in entries:
@@ -307,33 +314,35 @@ def test_on_demand_capture_of_a_running_bridged_fit(ray_cluster, tmp_path):
 TOKEN_WINDOW = (1, 3)
 """verl's rollout ``profile_token_start`` / ``end``: engine iterations 1 and 2 of a step."""
 TORCH_CFG = "actor_rollout_ref.rollout.profiler.tool_config.torch"
-ENGINE_ROUTE = [*ROLLOUT_PROFILE, SPAWN_ENGINE,
-                f"{TORCH_CFG}.profile_token_start={TOKEN_WINDOW[0]}",
-                f"{TORCH_CFG}.profile_token_end={TOKEN_WINDOW[1]}"]
-"""verl's own engine profiling of the rollout on step 1 (its rollout block, torch, discrete)
-with a token window, the engine in a process of its own."""
+ENGINE_KEYS = [*ROLLOUT_PROFILE[2:], f"{TORCH_CFG}.profile_token_start={TOKEN_WINDOW[0]}",
+               f"{TORCH_CFG}.profile_token_end={TOKEN_WINDOW[1]}"]
+"""verl's own engine profiling of the rollout (its rollout block, torch, discrete) with a
+token window."""
+ENGINE_ROUTE = [*ROLLOUT_PROFILE[:2], *ENGINE_KEYS, SPAWN_ENGINE]
+"""... on step 1, the engine in a process of its own."""
 
 
-def _assert_engine_trace_gathered(result, manifest, out):
-    """One start/stop pair (step 1); the engine's trace moved into the output directory and
-    listed as verl's (``origin``); only the token window's iterations recorded."""
+def _assert_engine_trace_gathered(result, manifest, out, steps=(1,)):
+    """One start/stop pair per profiled step; each step's engine trace moved into the output
+    directory and listed as verl's (``origin``), holding only the token window's iterations."""
     import gzip
 
     _, server = _only_server(result)
     methods = [c["method"] for c in server["calls"]]
-    assert methods.count("start_profile") == methods.count("stop_profile") == 1, methods
+    assert methods.count("start_profile") == methods.count("stop_profile") == len(steps)
     verl = [e for e in manifest["reports"] if e.get("origin") == "verl"]
     assert [(e["group"], e["rank"], list(e["steps"]), e["component"], e["status"])
-            for e in verl] == [("rollout_replicas", 0, [1], "verl_engine", "ok")], \
-        manifest["reports"]
-    path = out / verl[0]["path"]
-    assert path.is_file() and verl[0]["bytes"] == path.stat().st_size
+            for e in verl] == [("rollout_replicas", 0, [s], "verl_engine", "ok")
+                               for s in steps], manifest["reports"]
     assert not list(out.glob("agent_loop_rollout_replica_*/*.json"))  # moved, not copied
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:
-        events = json.load(handle)["traceEvents"]
     start, end = TOKEN_WINDOW
-    assert sum(e.get("name") == "cpu_standin.token" for e in events) == end - start
+    for entry in verl:
+        path = out / entry["path"]
+        assert path.is_file() and entry["bytes"] == path.stat().st_size
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as handle:
+            events = json.load(handle)["traceEvents"]
+        assert sum(e.get("name") == "cpu_standin.token" for e in events) == end - start
 
 
 def test_verls_engine_profiling_under_the_launcher_is_gathered_with_its_token_window(
@@ -344,15 +353,3 @@ def test_verls_engine_profiling_under_the_launcher_is_gathered_with_its_token_wi
     ``max_iterations``."""
     result, manifest = _launched_fit(ENGINE_ROUTE, tmp_path)
     _assert_engine_trace_gathered(result, manifest, tmp_path)
-
-
-def test_verls_engine_profiling_in_your_own_driver_is_gathered_after_its_stop(ray_cluster,
-                                                                              tmp_path):
-    """A driver that keeps verl's step list and calls ``LLMServerManager.start_profile`` /
-    ``stop_profile`` itself, with the bridge attached: the bridge leaves the calls to verl and
-    gathers the trace after each replica's ``stop_profile``."""
-    from tests.integration.apps.verl_cpu_rollout import run_generation
-
-    result = run_generation("standalone", ENGINE_ROUTE, str(tmp_path), bridged=True)
-    assert result["global_steps"] == STEPS
-    _assert_engine_trace_gathered(result, result["manifest"], tmp_path)
