@@ -11,6 +11,7 @@ from verlprof.config.schema import (
     ComponentsConfig,
     FinishHookConfig,
     NsysConfig,
+    OnDemandConfig,
     ProfilingConfig,
 )
 from verlprof.config.topology import GroupTopology, Topology
@@ -166,3 +167,19 @@ def test_a_time_bound_on_a_tool_without_one_is_refused_in_one_whole_line():
         assert refusal(config(tool="rocprof_sys", actor=comp([0]), **bound), topology) == (
             f"trainer.profiler.{key}: rocprof_sys cannot bound a window in time; leave it "
             "out for this tool")
+
+
+def test_every_armed_rank_is_launched_under_nsys_after_a_planned_one():
+    topology = Topology.of({"actor_rollout_ref": 2, "critic": 1}, cuda=False)
+    cfg = config(tool="nsys", actor=comp([0]), nsys=NsysConfig(worker_options={"trace": "nvtx"}),
+                 on_demand=OnDemandConfig(enabled=True,
+                                          nsys_ranks={"actor_rollout_ref": (0, 1)}))
+    plan = build_plan(cfg, topology)
+    assert [(p.rank, p.backend, p.mode, len(p.windows)) for p in plan.processes] == [
+        (0, "nsys", "whole", 2), (1, "nsys", "whole", 0)]
+    # a group that is not there is named with every group that is
+    wrong = config(actor=comp([0]), on_demand=OnDemandConfig(enabled=True,
+                                                             nsys_ranks={"rm": (0,)}))
+    assert refusal(wrong, topology) == ("trainer.profiler.on_demand.nsys_ranks.rm: not a "
+                                        "worker group of this run (groups: actor_rollout_ref, "
+                                        "critic)")
