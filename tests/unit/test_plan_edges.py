@@ -183,3 +183,22 @@ def test_every_armed_rank_is_launched_under_nsys_after_a_planned_one():
     assert refusal(wrong, topology) == ("trainer.profiler.on_demand.nsys_ranks.rm: not a "
                                         "worker group of this run (groups: actor_rollout_ref, "
                                         "critic)")
+
+
+def test_the_finish_hook_on_the_controllers_host_targets_no_rank():
+    plan = build_plan(config(actor=comp([0]), finish_hook=FinishHookConfig(cmd="true")),
+                      Topology.of({"actor_rollout_ref": 2}, cuda=False))
+    assert plan.finish_hook is not None and plan.finish_hook.targets == ()
+
+
+def test_colocated_roles_without_phases_are_all_named_in_the_warning():
+    cfg = config(actor=comp([0], discrete=True),
+                 ref=comp([0], discrete=True, key="actor_rollout_ref.ref"),
+                 phases={"actor": (), "ref": ()})
+    plan = build_plan(cfg, Topology.of({"actor_rollout_ref": 2}, cuda=False))
+    assert plan.processes == ()
+    assert plan.warnings == (
+        "actor_rollout_ref.actor.profile_ranks, actor_rollout_ref.ref.profile_ranks: "
+        "actor_rollout_ref rank 0 is selected in discrete mode, but no method of actor, ref "
+        "opens a window (no annotated phase; set trainer.profiler.phases), so it is not "
+        "profiled",)
