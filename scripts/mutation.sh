@@ -26,7 +26,7 @@ RUNS=(
   "verlprof/plan/model.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_time_windows.py"
   "verlprof/plan/on_demand.py|tests/unit/test_on_demand.py tests/unit/test_plan.py"
   "verlprof/plan/render.py|tests/unit/test_plan_render_tables.py tests/unit/test_plan_render_hostile.py"
-  "verlprof/runtime/controller.py|tests/unit/test_controller.py tests/unit/test_controller_defaults.py tests/unit/test_controller_identity.py tests/unit/test_on_demand.py"
+  "verlprof/runtime/controller.py|tests/unit/test_controller.py tests/unit/test_controller_defaults.py tests/unit/test_controller_edges.py tests/unit/test_controller_identity.py tests/unit/test_on_demand.py tests/unit/test_manifest_disk_full.py tests/unit/test_held_signal_driver.py tests/unit/test_finish_hook.py tests/unit/test_storage.py::test_no_window_opens_once_output_dir_cannot_be_written_and_training_goes_on tests/unit/test_storage.py::test_with_on_rank_failure_raise_the_run_stops_at_the_next_window"
 )
 # One cache for every module: a run stopped by the timeout resumes where it was (killed mutants
 # stay killed; survivors are tried again once the tests change). MUTATION_FRESH=1 starts over.
@@ -37,8 +37,11 @@ for run in "${RUNS[@]}"; do
   tests=${run#*|}
   if [ -n "${MUTATION_ONLY:-}" ] && [[ "$module" != *"$MUTATION_ONLY"* ]]; then continue; fi
   echo "== mutation: $module ($tests)"
+  # mutmut 2 counts only exit status 1 as a kill: pytest's 2 (a mutant that breaks collection
+  # or raises KeyboardInterrupt, e.g. in finalize) would pass for a survivor. Any failure is 1.
+  pytest="$BIN/python -m pytest -x -q -p no:cacheprovider -p pytest_timeout --timeout=$TEST_TIMEOUT_S"
   timeout "$LIMIT" nice -n 10 "$BIN/mutmut" run --paths-to-mutate "$module" --tests-dir tests/unit \
-    --runner "$BIN/python -m pytest -x -q -p no:cacheprovider -p pytest_timeout --timeout=$TEST_TIMEOUT_S $tests" --simple-output \
+    --runner "bash -c '$pytest $tests || exit 1'" --simple-output \
     | tr "\r" "\n" | tail -n 1
   [ "${PIPESTATUS[0]}" = 124 ] && { echo "mutation: $module: stopped after ${LIMIT}s"; status=1; }
   git checkout -- "$module"  # a run stopped by the timeout may leave a mutant in place
