@@ -16,9 +16,12 @@ from tests.unit.test_controller import GROUP, R0, R1, Rank, Sent, controller_of,
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
 from verlprof.config.topology import Topology
 from verlprof.errors import ProfilingRuntimeError
+from verlprof.manifest import read_manifest
 from verlprof.plan import build_plan
 from verlprof.runtime import controller as controller_module
 from verlprof.runtime.controller import ProfileController
+from verlprof.runtime.teardown import Settled
+from verlprof.worker.identity import node_id
 
 
 class Timed(Sent):
@@ -180,3 +183,66 @@ def test_a_controller_not_started_under_its_planned_nsys_says_so(tmp_path):
                                    handle_signals=False)
     assert any(w.startswith("trainer.controller_opts is set but this controller process does "
                             "not run under nsys") for w in controller.finalize().warnings)
+
+
+def test_raise_names_every_rank_that_failed_in_one_line(tmp_path):
+    controller, ranks, _ = controller_of(plan_of(tmp_path, [1]), on_rank_failure="raise")
+    for rank in ranks:
+        rank.faults["verlprof_start"] = OSError(f"disk {rank.rank} full")
+    with pytest.raises(ProfilingRuntimeError) as info, controller.step(1):
+        pass
+    assert str(info.value) == ("actor_rollout_ref rank 0: verlprof_start failed: OSError: disk 0 "
+                               "full; actor_rollout_ref rank 1: verlprof_start failed: "
+                               "OSError: disk 1 full")
+
+
+def test_waiting_for_the_profilers_settles_each_node_and_gathers_what_they_wrote_at_exit(
+        tmp_path, monkeypatch, caplog):
+    asked, gathered = [], []
+
+    def settle(by_node, timeout_s, owner):
+        asked.append((by_node, timeout_s, owner))
+        return Settled(problems=("node-b did not answer",), ended_agents=(4242,))
+
+    def collect(manifest, plan, timeout_s, local_node):
+        gathered.append(timeout_s)
+        return dataclasses.replace(manifest, warnings=manifest.warnings + ("late",)), ["late"]
+
+    monkeypatch.setattr(controller_module, "settle_on_nodes", settle)
+    monkeypatch.setattr(controller_module, "collect_at_exit", collect)
+    controller, _, _ = controller_of(plan_of(tmp_path, [1]))
+    identities = controller._identity
+    for (target, identity), node, profiler in zip(sorted(identities.items()), ("a", "b"),
+                                                  (11, 22)):
+        identities[target] = dataclasses.replace(identity, node_id=node, profiler_pid=profiler)
+    with caplog.at_level(logging.INFO, logger="verlprof"):
+        assert controller.wait_for_profilers() == ["node-b did not answer"]  # not finalized
+    assert asked == [({"a": [11], "b": [22]}, 120.0, str(tmp_path))] and gathered == []
+    assert "verlprof: ended 1 nsys agent(s) nsys left behind (pid 4242)" in caplog.messages
+    first = controller.finalize()
+    assert controller.wait_for_profilers(5.0) == ["node-b did not answer", "late"]
+    assert gathered == [5.0]
+    assert read_manifest(str(tmp_path)).warnings[-1] == "late"  # written again at once
+    rewritten = controller.finalize()
+    assert rewritten is not first and rewritten is controller.finalize()
+    assert rewritten.warnings[-1] == "late"
+    assert controller._warnings[-2:] == ["node-b did not answer", "late"]
+
+
+def test_the_controller_is_listed_in_the_manifest_as_rank_0_of_its_own_group(tmp_path):
+    controller, _, _ = controller_of(plan_of(tmp_path, [1]))
+    listed = controller.finalize().controller
+    assert listed is not None
+    assert (listed.group, listed.rank, listed.host, listed.pid, listed.clock_offset_ns,
+            listed.clock_error_ns, listed.under_profiler) == (
+        "controller", 0, controller.host, controller.pid, 0, 0, False)
+    assert listed.node_id == node_id()
+
+
+def test_a_rank_that_never_said_where_it_runs_has_its_reports_missing_from_nowhere(tmp_path):
+    controller, ranks, rpc = controller_of(plan_of(tmp_path, [1]))
+    del controller._identity[R1]  # its configure answer never came
+    rpc.kill(R1, "SIGKILL")
+    manifest = controller.finalize()
+    (lost,) = [e for e in manifest.reports if e.rank == 1]
+    assert (lost.status, lost.host, lost.pid) == ("missing", "", 0)
