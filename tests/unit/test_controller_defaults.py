@@ -70,6 +70,8 @@ def test_a_failing_finish_hook_is_told_on_the_console_unless_quiet(tmp_path, cap
     told = capsys.readouterr().err
     assert any("finish_hook" in w for w in manifest.warnings), manifest.warnings
     assert ("trainer.profiler.finish_hook.cmd" in told) is echo, told
+    controller.note("a later line")  # kept after the hook's, for wait_for_profilers
+    assert controller._warnings == [*manifest.warnings, "a later line"]
 
 
 def test_an_unknown_failure_policy_is_refused_in_one_whole_line(tmp_path):

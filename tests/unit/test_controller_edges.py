@@ -246,3 +246,36 @@ def test_a_rank_that_never_said_where_it_runs_has_its_reports_missing_from_nowhe
     manifest = controller.finalize()
     (lost,) = [e for e in manifest.reports if e.rank == 1]
     assert (lost.status, lost.host, lost.pid) == ("missing", "", 0)
+
+
+def _unwritable(monkeypatch, error: BaseException) -> None:
+    def write(manifest, output_dir):
+        raise error
+    monkeypatch.setattr(controller_module, "write_manifest", write)
+
+
+def test_with_controller_a_manifest_that_cannot_be_written_is_raised_when_nothing_else_was(
+        tmp_path, monkeypatch):
+    controller, _, _ = controller_of(plan_of(tmp_path, [1]))
+    _unwritable(monkeypatch, OSError(28, "No space left on device"))
+    with pytest.raises(ProfilingRuntimeError, match="^trainer.profiler.output_dir: cannot "
+                                                    "write manifest.json to "), controller:
+        pass
+
+
+def test_with_controller_the_trainers_exception_wins_and_the_failed_finalize_is_logged(
+        tmp_path, monkeypatch, caplog):
+    controller, _, _ = controller_of(plan_of(tmp_path, [1]))
+    _unwritable(monkeypatch, OSError(28, "No space left on device"))
+    with pytest.raises(ValueError, match="the trainer's"), \
+            caplog.at_level(logging.ERROR, logger="verlprof"), controller:
+        raise ValueError("the trainer's")
+    assert [m for m in caplog.messages if m.startswith("verlprof: finalize after ValueError "
+                                                       "failed: ")], caplog.messages
+
+
+def test_with_controller_an_interrupt_inside_finalize_is_passed_on(tmp_path, monkeypatch):
+    controller, _, _ = controller_of(plan_of(tmp_path, [1]))
+    _unwritable(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt), controller:
+        pass
