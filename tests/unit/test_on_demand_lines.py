@@ -32,6 +32,8 @@ from verlprof.plan.on_demand import plan_request, requested_steps, screen
     (ask(ranks=tuple(range(4096))), ""),
     (ask(ranks=(True,)), "ranks: 1 to 4096 non-negative integers expected"),
     (ask(discrete=1), "discrete: true or false expected"),
+    (ask(steps="next:2;rm -rf /"), "steps: next:N, S or S-T expected (e.g. next:2, 120, "
+                                   "120-121)"),
 ])
 def test_a_request_is_screened_to_its_limits_in_one_whole_line(request_, expected):
     assert screen(request_, TOKEN) == expected
