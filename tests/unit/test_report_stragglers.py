@@ -63,6 +63,8 @@ def test_others_that_took_no_time_give_an_infinite_ratio():
 def test_bad_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^straggler threshold must be positive, got -1$"):
         find_stragglers([], threshold=-1)
+    with pytest.raises(ValueError, match=r"^straggler threshold must be positive, got 0$"):
+        find_stragglers([], threshold=0)  # zero flags every rank: not a threshold
     with pytest.raises(ValueError, match=r"^straggler minimum excess must be >= 0 ms, got -0.5$"):
         find_stragglers([], min_excess_ms=-0.5)
     # the least allowed settings: any rank slower than the others' median is flagged
