@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
 
 from tests.unit.test_controller import Sent, plan_of
 from verlprof.runtime.controller import ProfileController
@@ -31,3 +33,18 @@ def test_echo_false_keeps_stdout_quiet_but_still_logs(tmp_path, capsys, caplog):
                           handle_signals=False)
     assert "verlprof controller:" not in capsys.readouterr().out
     assert any(r.getMessage().startswith("verlprof controller: host=") for r in caplog.records)
+
+
+def test_the_line_is_out_at_once_when_stdout_is_a_pipe(tmp_path):
+    """A job's stdout is a pipe (Ray, a scheduler, ``| tee``): the line must reach it at once,
+    not when a buffer fills, so it is there even when the driver then dies without flushing."""
+    child = ("import os, sys\n"
+             "from tests.unit.test_controller import Sent, plan_of\n"
+             "from verlprof.runtime.controller import ProfileController\n"
+             "ProfileController(plan_of(sys.argv[1], [1]), rpc=Sent(), preflight=False,\n"
+             "                  handle_signals=False)\n"
+             "os._exit(0)\n")
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=True, env=buffered)
+    assert done.stdout.startswith("verlprof controller: host="), (done.stdout, done.stderr)

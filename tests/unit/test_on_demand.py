@@ -145,13 +145,16 @@ def test_a_planned_nsys_rank_armed_keeps_its_windows_and_the_run_tool_is_the_def
 
 
 @pytest.mark.parametrize("armed, on, expected", [
-    ({"critic": [0]}, True, "trainer.profiler.on_demand.nsys_ranks.critic: not a worker group"),
+    ({"critic": [0]}, True, "trainer.profiler.on_demand.nsys_ranks.critic: not a worker group "
+                            "of this run (groups: actor_rollout_ref)"),
     ({GROUP: [2]}, True, f"trainer.profiler.on_demand.nsys_ranks.{GROUP}: rank 2 is outside "
                          "world size 2"),
     ({GROUP: [1]}, False, "trainer.profiler.on_demand.nsys_ranks: arms ranks for capture "
-                          "requests, which this job does not take"),
+                          "requests, which this job does not take; set "
+                          "trainer.profiler.on_demand.enabled=true or leave it out"),
     ({GROUP: [0]}, True, f"trainer.profiler.on_demand.nsys_ranks.{GROUP}: rank 0 is profiled "
-                         "with torch by the plan"),
+                         "with torch by the plan; one process runs one tool (arm another rank, "
+                         "or plan it with nsys)"),
 ])
 def test_bad_armed_ranks_are_one_line_naming_the_key(tmp_path, armed, on, expected):
     from verlprof.errors import ConfigError
@@ -161,7 +164,7 @@ def test_bad_armed_ranks_are_one_line_naming_the_key(tmp_path, armed, on, expect
                              on_demand=OnDemandConfig(enabled=on, nsys_ranks=armed))
     with pytest.raises(ConfigError) as err:
         build_plan(config, TOPO)
-    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    assert str(err.value) == expected  # the whole line: its key and all of its message
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -5,8 +5,11 @@ which several ranks of one cell may be flagged."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from verlprof.report.stragglers import (
     DEFAULT_MIN_EXCESS_MS,
@@ -60,6 +63,8 @@ def test_others_that_took_no_time_give_an_infinite_ratio():
 def test_bad_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^straggler threshold must be positive, got -1$"):
         find_stragglers([], threshold=-1)
+    with pytest.raises(ValueError, match=r"^straggler threshold must be positive, got 0$"):
+        find_stragglers([], threshold=0)  # zero flags every rank: not a threshold
     with pytest.raises(ValueError, match=r"^straggler minimum excess must be >= 0 ms, got -0.5$"):
         find_stragglers([], min_excess_ms=-0.5)
     # the least allowed settings: any rank slower than the others' median is flagged
@@ -89,3 +94,41 @@ def test_stragglers_come_in_step_then_ppo_order():
     assert [(s.step, s.phase) for s in find_stragglers(rows)] == [
         (1, "generate_sequences"), (1, "update_critic"),
         (2, "generate_sequences"), (2, "update_critic")]
+
+
+def _reference(rows, threshold, min_excess_ns):
+    """The rule as the module's docstring states it, by brute force: every rank of a large
+    cell, the slowest of a small one, against the plain median of the others."""
+    cells = {}
+    for r in rows:
+        cells.setdefault((r.step, r.phase), []).append(r)
+    out = set()
+    for members in cells.values():
+        if len(members) < 2:
+            continue
+        ordered = sorted(members, key=lambda r: (-r.duration_ns, r.rank))
+        for r in ordered if len(members) > MANY_RANKS else ordered[:1]:
+            median = statistics.median([o.duration_ns for o in members if o is not r])
+            if r.duration_ns > threshold * median and r.duration_ns - median >= min_excess_ns:
+                out.add((r.step, r.phase, r.rank, int(median)))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 400), min_size=1, max_size=MANY_RANKS + 8),
+                min_size=1, max_size=4),
+       st.sampled_from([0.5, 1.1, 1.5, 3.0]), st.sampled_from([0.0, 20.0]))
+def test_stragglers_match_the_rule_computed_by_brute_force(cells, threshold, min_excess_ms):
+    rows = [row(rank, ms, step=step) for step, durations in enumerate(cells, start=1)
+            for rank, ms in enumerate(durations)]
+    found = {(s.step, s.phase, s.rank, s.others_median_ns)
+             for s in find_stragglers(rows, threshold=threshold, min_excess_ms=min_excess_ms)}
+    assert found == _reference(rows, threshold, int(min_excess_ms * MS))
+
+
+def test_others_of_one_nanosecond_give_a_finite_ratio():
+    rows = [PhaseRow(step=1, group="actor_rollout_ref", rank=r, role="actor",
+                     phase="update_actor", calls=1, duration_ns=d, start_ns=0)
+            for r, d in enumerate((1, 1, 50 * MS))]
+    (s,) = find_stragglers(rows)
+    assert s.ratio == 50 * MS
