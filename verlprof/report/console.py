@@ -54,6 +54,9 @@ def print_findings(summary: Summary, console: Console, per_step: Optional[bool] 
     """Everything :func:`print_summary` prints but the written files and the next steps:
     printed while the files are written."""
     s = summary
+    if s.manifest.running:  # written after an on-demand window; the job's end rewrites it
+        _line(console, "the job is still running: this manifest lists the on-demand reports "
+                       "gathered so far")
     if not s.records:
         console.print(Text("no phase ranges found in any report", style="yellow"))
     steps = profiled_steps(s.rows)
