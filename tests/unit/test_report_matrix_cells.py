@@ -60,6 +60,8 @@ def test_one_column_per_rank_blank_where_a_rank_did_not_run_and_spread_only_acro
         ["critic", "update_critic", "7.0", "9.0", "7.0", "8.0", "9.0"],
     ]
     assert not any(c.flagged for line in table.rows for c in line)
+    rows = build_rows(records)[::-1]  # the table sorts its rows itself
+    assert texts(step_tables(rows, build_spreads(rows), [], [])[0]) == texts(table)
 
 
 def test_a_straggler_cell_keeps_its_call_count_and_is_marked():
@@ -112,6 +114,10 @@ def test_a_cell_of_many_ranks_shows_its_p95_and_its_three_slowest_stragglers_mar
     assert texts(table) == [["actor_rollout_ref", "actor/update_actor", "20", "10.0", "19.5",
                              "90.0", "100.0", "2", "r19! r18! r17"]]
     assert [c.flagged for c in table.rows[0]][-2:] == [True, True]
+    # up to MANY_RANKS ranks (a narrow terminal) the slowest one alone is named
+    (table,) = tables([rec(1, rank, "update_actor", t) for rank, t in
+                       enumerate(times[:MANY_RANKS])], per_rank=False)
+    assert texts(table)[0][-1] == f"r{MANY_RANKS - 1}"
 
 
 def test_gpu_columns_give_the_median_across_ranks_and_a_dash_where_nothing_was_measured():
