@@ -21,7 +21,7 @@ fi
 # module | the unit tests that cover it
 RUNS=(
   "verlprof/report/stragglers.py|tests/unit/test_report_stragglers.py tests/unit/test_report_analysis.py"
-  "verlprof/report/matrix.py|tests/unit/test_report_analysis.py tests/unit/test_report_gpu_columns.py tests/unit/test_report_outputs.py"
+  "verlprof/report/matrix.py|tests/unit/test_report_matrix_cells.py tests/unit/test_report_analysis.py tests/unit/test_report_gpu_columns.py tests/unit/test_report_outputs.py"
   "verlprof/plan/build.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_finish_hook.py tests/unit/test_time_windows.py"
   "verlprof/plan/model.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_time_windows.py"
   "verlprof/plan/on_demand.py|tests/unit/test_on_demand.py tests/unit/test_on_demand_lines.py tests/unit/test_plan.py"

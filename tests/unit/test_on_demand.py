@@ -208,10 +208,10 @@ def test_off_by_default_and_then_the_controller_pays_nothing(tmp_path):
 
 
 # -- the controller: the queue drains at step boundaries ------------------------------------
-def on_demand_controller(tmp_path, steps=()):
+def on_demand_controller(tmp_path, steps=(), **caps):
     desk = Desk(TOKEN)
     rpc = Sent()
-    controller = ProfileController(od_plan(tmp_path, steps), rpc=rpc, echo=False,
+    controller = ProfileController(od_plan(tmp_path, steps, **caps), rpc=rpc, echo=False,
                                    preflight=False, handle_signals=False,
                                    requests=LocalChannel(desk))
     ranks = [Rank(r) for r in range(2)]
@@ -326,3 +326,21 @@ def test_the_plan_shows_the_armed_ranks_and_their_launch_command(tmp_path):
            f"{GROUP} rank 1" in text
     (line,) = [ln for ln in text.splitlines() if ln.startswith(f"  {GROUP} rank 1: ")]
     assert "nsys profile" in line and "--capture-range-end=repeat " in line
+
+
+def test_the_hourly_caps_forget_a_request_exactly_one_hour_after_it_was_accepted(
+        tmp_path, monkeypatch):
+    clock = [1_000.0]
+    monkeypatch.setattr("verlprof.runtime.on_demand.time",
+                        type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
+    controller, ranks, _, desk = on_demand_controller(tmp_path, max_requests_per_hour=1)
+    for step, (name, later_s) in enumerate((("a", 0), ("b", 3599), ("c", 3600)), 1):
+        clock[0] = 1_000.0 + later_s
+        assert desk.submit(ask(id=name, steps="next:1")) == ""
+        with controller.step(step):
+            phases(ranks)
+    assert desk.decision(TOKEN, "a").accepted
+    assert desk.decision(TOKEN, "b").reason == (  # 3599 s later: a still counts
+        "1 requests accepted in the last hour, the cap is 1 (trainer.profiler.on_demand."
+        "max_requests_per_hour); try later")
+    assert desk.decision(TOKEN, "c").accepted  # 3600 s later: a no longer counts
