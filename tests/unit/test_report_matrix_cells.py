@@ -151,3 +151,15 @@ def test_per_rank_columns_fit_up_to_many_ranks_in_a_cell():
 
 def test_milliseconds_text():
     assert (ms(None), ms(1_234_567), ms(1_250_000, 3), ms(0)) == ("-", "1.2", "1.250", "0.0")
+
+
+def test_the_distribution_view_keeps_the_time_of_a_phase_one_rank_ran():
+    """No column per rank there: a one-rank phase (the controller's, beside a 20-rank actor)
+    shows its time as its distribution and names its rank, instead of blank cells (which lost
+    the controller's phases from the table whenever a phase had over 16 ranks)."""
+    records = [rec(1, rank, "update_actor", 10 + rank) for rank in range(MANY_RANKS + 4)]
+    records.append(rec(1, 0, "update_actor", 30, group="controller", role="controller"))
+    (table,) = tables(records, per_rank=False)
+    rows = {line[1]: line for line in texts(table)}
+    assert rows["update_actor"] == ["controller", "update_actor", "1", "30.0", "30.0",
+                                    "30.0", "30.0", "", "r0"]

@@ -102,7 +102,9 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
                 calls = f" ×{row.calls}" if row.calls > 1 else ""
                 line.append(Cell(ms(row.duration_ns) + calls + mark, bool(mark)))
             spread = spread_of[(step, group, role, phase)]
-            many = len(spread.ranks) > 1
+            # one rank's time is already in its own column in the per-rank view; the compact
+            # view has no column per rank, so there its distribution is the only place for it
+            many = len(spread.ranks) > 1 or not per_rank
             if not per_rank:
                 line.append(Cell(str(len(spread.ranks))))
             line += [Cell(ms(spread.min_ns) if many else ""),
