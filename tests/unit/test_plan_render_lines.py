@@ -13,7 +13,7 @@ import io
 import pytest
 from rich.console import Console
 
-from tests.unit.test_plan_render_tables import plan_and_stdout
+from tests.unit.test_plan_render_tables import plan_and_stdout, table_rows
 from verlprof.config.schema import (
     ComponentConfig,
     ComponentsConfig,
@@ -151,3 +151,15 @@ def test_on_a_narrow_terminal_why_nothing_runs_stays_one_line(change, lines):
     printed = rendered(plan, width=40).splitlines()
     assert printed[-len(lines):] == lines
     assert printed[0].startswith("Profiling is off: ")
+
+
+def test_a_served_groups_ranks_are_its_replicas_with_their_gpus():
+    config = ProfilingConfig(steps=(1,), output_dir=OUT, components=ComponentsConfig(
+        actor=ComponentConfig(ranks=(0, 1))))
+    plan = build_plan(config, Topology.of({GROUP: 2, "critic": 2}, cuda=False))
+    served = dataclasses.replace(plan.groups[0], rank_span=4, engine="vllm")
+    plan = dataclasses.replace(plan, groups=(served,) + plan.groups[1:])
+    rows = table_rows(rendered(plan, width=400), "Worker ranks")
+    assert rows == [(f"{GROUP} (vllm replicas of 4 GPU(s))", "2", "0 (GPUs 0-3), 1 (GPUs 4-7)",
+                     "actor", "whole", "1"),
+                    ("critic", "2", "-", "-", "-", "-")]
