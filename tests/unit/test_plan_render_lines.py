@@ -13,7 +13,8 @@ import io
 import pytest
 from rich.console import Console
 
-from tests.unit.test_plan_render_tables import plan_and_stdout, table_rows
+from tests.unit.test_plan_render_tables import SHIPPED, plan_and_stdout, table_rows
+from verlprof.config import load_config
 from verlprof.config.schema import (
     ComponentConfig,
     ComponentsConfig,
@@ -22,7 +23,7 @@ from verlprof.config.schema import (
 )
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.plan.model import FinishHookPlan, WindowTime
+from verlprof.plan.model import EngineRoute, FinishHookPlan, TokenWindow, WindowTime
 from verlprof.plan.render import render_plan
 
 GROUP = "actor_rollout_ref"
@@ -163,3 +164,43 @@ def test_a_served_groups_ranks_are_its_replicas_with_their_gpus():
     assert rows == [(f"{GROUP} (vllm replicas of 4 GPU(s))", "2", "0 (GPUs 0-3), 1 (GPUs 4-7)",
                      "actor", "whole", "1"),
                     ("critic", "2", "-", "-", "-", "-")]
+
+
+def test_the_ranks_table_joins_each_groups_ranks_roles_modes_and_window_counts():
+    overrides = ["trainer.n_gpus_per_node=4", "trainer.profile_steps=[1,2]",
+                 "actor_rollout_ref.actor.profile_ranks=[0,1,3]",
+                 "actor_rollout_ref.rollout.profile_ranks=[1,2]", "critic.profile_ranks=[]"]
+    loaded = load_config(SHIPPED, [f"trainer.profiler.output_dir={OUT}", *overrides])
+    plan = build_plan(loaded.profiling, loaded.topology)
+    first, *others = plan.processes  # one rank planned otherwise: discrete, one window
+    first = dataclasses.replace(first, mode="discrete", windows=first.windows[:1])
+    text = rendered(dataclasses.replace(plan, processes=(first, *others)), width=400)
+    lines = [line.rstrip() for line in text.splitlines()]
+    title = lines.index("Worker ranks")  # on the left
+    assert lines[title + 2].split("┃")[1:-1] == [
+        " group             ", " world ", " profiled ranks ", " roles that select them        ",
+        " mode           ", " windows/rank "]
+    assert table_rows(text, "Worker ranks") == [
+        (GROUP, "4", "0, 1, 2, 3", "actor; actor,rollout; rollout", "discrete,whole", "1,2"),
+        ("critic", "4", "-", "-", "-", "-"),  # a group with no planned rank, then the next one
+        ("rm", "1", "-", "-", "-", "-")]
+
+
+def test_the_engine_route_armed_ranks_and_hook_nodes_are_listed_in_full():
+    plan = dataclasses.replace(
+        on_demand_plan((1,)),
+        on_demand=OnDemandConfig(enabled=True, nsys_ranks={GROUP: (0, 1), "critic": (2,)}),
+        finish_hook=FinishHookPlan(cmd="upload.sh", targets=((GROUP, 0), ("critic", 1)),
+                                   timeout_s=90.5, key="global_profiler.finish_hook_cmd"),
+        engine_route=EngineRoute(group="rollout_replicas", steps=(1, 3), trace_dir="/tmp/tr",
+                                 tokens=TokenWindow(10, 20), key="rollout.tool_config.torch"))
+    lines = rendered(plan, width=40).splitlines()
+    assert ("  armed for nsys (--tool nsys; launched under nsys with an open-ended window "
+            f"count): {GROUP} rank 0, {GROUP} rank 1, critic rank 2") in lines
+    assert ("rollout_replicas: verl's engine profiler (rollout.tool_config.torch) on steps 1, 3, "
+            "engine iterations 10 to 20, in the replicas verl's rollout profiler block selects; "
+            "traces gathered from /tmp/tr/agent_loop_rollout_replica_<r>/ into "
+            "step<N>/rollout_replicas/verl_engine/replica<r>/") in lines
+    assert ("finish hook (global_profiler.finish_hook_cmd), after every report is gathered, on "
+            f"the nodes of {GROUP} rank 0, critic rank 1: /bin/sh -c upload.sh "
+            "(timeout 90.5s)") in lines
