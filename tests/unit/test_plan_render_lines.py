@@ -204,3 +204,17 @@ def test_the_engine_route_armed_ranks_and_hook_nodes_are_listed_in_full():
     assert ("finish hook (global_profiler.finish_hook_cmd), after every report is gathered, on "
             f"the nodes of {GROUP} rank 0, critic rank 1: /bin/sh -c upload.sh "
             "(timeout 90.5s)") in lines
+
+
+def test_a_command_without_environment_and_an_in_process_rank_are_one_line_each():
+    plan = on_demand_plan((1,))
+    nsys_rank, armed = plan.processes
+    in_process = dataclasses.replace(nsys_rank, launch_argv=(), backend="torch")
+    plan = dataclasses.replace(plan, processes=(in_process, dataclasses.replace(
+        armed, launch_env={}, launch_argv=("nsys", "profile", "--trace=nvtx"))))
+    lines = [line.rstrip() for line in rendered(plan, width=40).splitlines()]
+    assert f"  {GROUP} rank 0: in-process torch profiler" in lines
+    assert f"  {GROUP} rank 1: nsys profile --trace=nvtx" in lines
+    title = lines.index("Reports that will appear under")
+    header = next(line for line in lines[title:] if line.startswith("┃"))
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["step(s)", "file"]
