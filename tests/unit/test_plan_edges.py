@@ -4,6 +4,8 @@ hook's targets, and each refusal's whole line (key and message), not only its st
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from verlprof.config.schema import (
@@ -202,3 +204,25 @@ def test_colocated_roles_without_phases_are_all_named_in_the_warning():
         "actor_rollout_ref rank 0 is selected in discrete mode, but no method of actor, ref "
         "opens a window (no annotated phase; set trainer.profiler.phases), so it is not "
         "profiled",)
+
+
+def test_discrete_ranks_capture_each_roles_phases_in_the_order_a_ppo_step_runs_them():
+    """What a discrete rank captures, as the report paths name it: verl's phases per role, in
+    PPO order, also for phases a config lists out of order (``trainer.profiler.phases``)."""
+    discrete = ComponentConfig(ranks=(0,), discrete=True)
+    config = ProfilingConfig(steps=(1,), components=ComponentsConfig(
+        actor=discrete, rollout=discrete, ref=discrete, critic=discrete, rm=discrete))
+    topology = Topology.of({"actor_rollout_ref": 1, "critic": 1, "rm": 1}, cuda=False)
+    phases = {p.group: [(w.role, w.phase) for w in p.windows]
+              for p in build_plan(config, topology).processes}
+    assert phases == {
+        "actor_rollout_ref": [("rollout", "generate_sequences"), ("actor", "compute_log_prob"),
+                              ("ref", "compute_ref_log_prob"), ("actor", "update_actor")],
+        "critic": [("critic", "compute_values"), ("critic", "update_critic")],
+        "rm": [("rm", "compute_rm_score")]}
+    in_order = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob",
+                "compute_values", "compute_rm_score", "update_critic", "train_batch",
+                "update_actor", "my_phase")
+    listed = dataclasses.replace(config, phases={"critic": tuple(reversed(in_order))})
+    (critic,) = [p for p in build_plan(listed, topology).processes if p.group == "critic"]
+    assert tuple(w.phase for w in critic.windows) == in_order
