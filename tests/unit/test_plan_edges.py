@@ -226,3 +226,11 @@ def test_discrete_ranks_capture_each_roles_phases_in_the_order_a_ppo_step_runs_t
     listed = dataclasses.replace(config, phases={"critic": tuple(reversed(in_order))})
     (critic,) = [p for p in build_plan(listed, topology).processes if p.group == "critic"]
     assert tuple(w.phase for w in critic.windows) == in_order
+
+
+def test_a_window_without_time_bounds_opens_and_closes_with_its_step():
+    """The default bounds, which a plan written before the time keys existed reads back as."""
+    assert not WindowTime().bounded
+    assert WindowTime().describe() == "opens when its step starts, closes at the step's end"
+    assert WindowTime(delay_s=0.5).describe() == ("opens 0.5 s into its step, closes at the "
+                                                  "step's end")
