@@ -19,7 +19,7 @@ from verlprof.config.schema import (
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
-from verlprof.plan.model import ControllerPlan, WindowTime
+from verlprof.plan.model import ControllerPlan, TokenWindow, WindowTime
 
 # a hybrid group of actor and ref, and a served rollout of two replicas of two GPUs each
 SERVED = Topology((GroupTopology("actor_rollout_ref", ("actor", "ref"), 2),
@@ -234,3 +234,13 @@ def test_a_window_without_time_bounds_opens_and_closes_with_its_step():
     assert WindowTime().describe() == "opens when its step starts, closes at the step's end"
     assert WindowTime(delay_s=0.5).describe() == ("opens 0.5 s into its step, closes at the "
                                                   "step's end")
+
+
+@pytest.mark.parametrize("tokens, said", [
+    (TokenWindow(), "every engine iteration"),
+    (TokenWindow(start=0, end=20), "engine iterations 0 to 20"),
+    (TokenWindow(start=10), "engine iterations 10 to the end"),
+    (TokenWindow(start=10, end=20), "engine iterations 10 to 20"),
+])
+def test_the_engine_token_window_as_verlprof_plan_prints_it(tokens, said):
+    assert tokens.describe() == said
