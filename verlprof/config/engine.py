@@ -17,10 +17,11 @@ class EngineTorchConfig:
     trace_dir: str
     """verl's ``save_path`` for the rollout: each engine writes its traces into
     ``<trace_dir>/agent_loop_rollout_replica_<replica>/`` (``rollout_trace_dir``)."""
+    key: str
+    """The block it was read from (``actor_rollout_ref.rollout.profiler.tool_config.torch``)."""
     token_start: Optional[int] = None
     """``profile_token_start``: engine iterations (one generated token per running sequence)
     after ``start_profile`` before the engine records; None: from the first."""
     token_end: Optional[int] = None
     """``profile_token_end`` (exclusive, counted like ``token_start``); None: until
     ``stop_profile``."""
-    key: str = "actor_rollout_ref.rollout.profiler.tool_config.torch"

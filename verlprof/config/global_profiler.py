@@ -68,7 +68,6 @@ _UNSUPPORTED_TOOLS = {
     "npu": "verlprof does not drive Ascend's NPU profiler",
     "precision_debugger": "verlprof does not drive msprobe's precision debugger"}
 
-ROLLOUT_BLOCK = "actor_rollout_ref.rollout.profiler"
 VERL_SAVE_PATH = "outputs/profile"
 """verl's ``ProfilerConfig.save_path`` when the config leaves it null."""
 
@@ -178,7 +177,7 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
     verl_keys.check_torch_extras(torch, f"{key}.tool_config.torch", gp.tool, enable, draft)
 
     if draft.config.tool == "torch":
-        if key == ROLLOUT_BLOCK and enable:
+        if key == verl_keys.ROLLOUT_BLOCK and enable:
             _rollout_engine(torch, bool(role_torch), block.get("save_path") or gp.save_path,
                             draft)
         discrete = gp.torch_discrete if role_torch is None else role_torch

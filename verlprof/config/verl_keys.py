@@ -50,7 +50,9 @@ _TOOL_USE = {"torch_memory": "verl's torch_memory tool (CUDA memory snapshots)",
              "npu": "verl's npu tool (Ascend NPU profiler)",
              "precision_debugger": "verl's precision_debugger tool (msprobe)"}
 
-ROLLOUT_TORCH = "actor_rollout_ref.rollout.profiler.tool_config.torch"
+ROLLOUT_BLOCK = "actor_rollout_ref.rollout.profiler"
+"""The rollout's profiler block (verl's rollout servers read it)."""
+ROLLOUT_TORCH = f"{ROLLOUT_BLOCK}.tool_config.torch"
 """The block verl's rollout servers read their engine profiler's settings from."""
 
 _WINDOWS = ("verlprof's windows are whole steps or whole phase calls: one report per window, "

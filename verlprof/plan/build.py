@@ -101,7 +101,7 @@ def _engine_route(config: ProfilingConfig, topology: Topology) -> Optional[Engin
     """verl's engine profiling on the rollout replicas, on every profiled step."""
     engine = config.rollout_engine
     if engine is None or not config.active or config.tool != "torch" \
-            or all(g.name != ROLLOUT_REPLICAS for g in topology.groups):
+            or topology.group(ROLLOUT_REPLICAS) is None:
         return None
     return EngineRoute(group=ROLLOUT_REPLICAS, steps=tuple(sorted(set(config.steps))),
                        trace_dir=engine.trace_dir, key=engine.key,
@@ -122,7 +122,7 @@ def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessP
     nsys = dataclasses.replace(config, tool="nsys",
                                nsys=dataclasses.replace(config.nsys, trigger="nvtx"))
     for name, ranks in armed.items():
-        group = next((g for g in topology.groups if g.name == name), None)
+        group = topology.group(name)
         if group is None:
             raise ConfigError(f"{key}.{name}", "not a worker group of this run (groups: "
                               f"{', '.join(g.name for g in topology.groups)})")
@@ -198,7 +198,7 @@ def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
 
 
 def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:
-    replicas = next((g for g in topology.groups if g.name == ROLLOUT_REPLICAS), None)
+    replicas = topology.group(ROLLOUT_REPLICAS)
     if config.rollout_replicas is not None and replicas is not None:
         size = replicas.world_size * replicas.rank_span
         for rank in config.rollout_replicas.ranks:

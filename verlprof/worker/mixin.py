@@ -70,19 +70,13 @@ class ProfilingWorkerMixin:
     def verlprof_finalize(self, timeout_s: float = 300.0) -> List[WorkerReport]:
         """Stop, wait for this process's reports, and describe each planned one."""
         session = self._verlprof_session
-        if session is None:
-            return []
-        where = process_identity()
-        return [dataclasses.replace(r, where=where) for r in session.finalize(timeout_s)]
+        return _signed(session.finalize(timeout_s)) if session is not None else []
 
     def verlprof_hand_over(self, steps: Sequence[int]) -> List[WorkerReport]:
         """The reports of the step window ``steps`` once closed, where the tool wrote them at
         close (an on-demand window, gathered before the job ends); else nothing."""
         session = self._verlprof_session
-        if session is None:
-            return []
-        where = process_identity()
-        return [dataclasses.replace(r, where=where) for r in session.hand_over(steps)]
+        return _signed(session.hand_over(steps)) if session is not None else []
 
     def verlprof_read_chunk(self, path: str, offset: int, size: int) -> bytes:
         """Part of a raw report, for a controller on another node (no shared filesystem)."""
@@ -103,6 +97,12 @@ class ProfilingWorkerMixin:
             return True
         except FileNotFoundError:
             return False
+
+
+def _signed(reports: List[WorkerReport]) -> List[WorkerReport]:
+    """``reports`` marked with the process that wrote them (the controller moves them)."""
+    where = process_identity()
+    return [dataclasses.replace(r, where=where) for r in reports]
 
 
 def _is_inside(path: str, root: str) -> bool:

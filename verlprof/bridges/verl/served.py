@@ -81,8 +81,7 @@ def _wrap_launch(launch: Callable) -> Callable:
             self.server_class = server_class
         if group is not None and self.servers:
             bridge.register_replica(group, int(self.replica_rank), self.servers[0])
-        route = bridge.plan.engine_route
-        if bridge.engines is not None and route is not None and replica_group(self) == route.group:
+        if bridge.engines is not None and replica_group(self) == bridge.engines.route.group:
             bridge.engines.add(int(self.replica_rank), self)
         return result
 
