@@ -353,3 +353,30 @@ def test_verls_engine_profiling_under_the_launcher_is_gathered_with_its_token_wi
     ``max_iterations``."""
     result, manifest = _launched_fit(ENGINE_ROUTE, tmp_path)
     _assert_engine_trace_gathered(result, manifest, tmp_path)
+
+
+def test_trtllm_replicas_launch_the_selected_server_under_nsys(ray_cluster, tmp_path):
+    """verl's TRT-LLM replica names its server class directly (``TRTLLMHttpServer``, no
+    ``server_class``). Its two replicas launch concurrently through verl's real
+    ``launch_servers``: replica 0's server process starts under the plan's nsys command, replica
+    1's plainly, both with the bridge's environment. The servers then die where verl's
+    ``TRTLLMHttpServer.__init__`` asserts a GPU, and the run still ends with a manifest."""
+    from tests.helpers import require_nsys
+    from tests.integration.apps.verl_trtllm_launch import launch_trtllm
+    from verlprof.bridges.verl.env import ENABLE_ENV
+
+    require_nsys()
+    result = launch_trtllm(BRIDGED, str(tmp_path))
+    assert len(result["errors"]) == 2 and all("ActorDiedError" in e or "RayActorError" in e
+                                              for e in result["errors"]), result["errors"]
+    selected, plain = result["servers"][0], result["servers"][1]
+    for server in (selected, plain):
+        assert "TRTLLM http server should run on GPU node" in server["death_cause"]
+        assert server["runtime_env"]["env_vars"][ENABLE_ENV] == "1"
+    executable = selected["runtime_env"]["py_executable"]
+    assert executable.startswith("nsys profile ") or "/nsys profile " in executable, executable
+    assert "nsys" not in plain["runtime_env"].get("py_executable", "")
+    manifest = result["manifest"]
+    assert not manifest["reports"]  # no server lived to open a window, and the manifest says
+    [said] = [w for w in manifest["warnings"] if w.startswith("rollout_replicas replica 0")]
+    assert "launch_servers raised" in said and "not profiled" in said, said

@@ -10,8 +10,14 @@ server classes (docs/verl.md, "Rollout replicas and served models"):
 * the server class has a plain ``async def generate`` (no decorator, so no closure), which a
   configured server reroutes into its windows.
 
-TRT-LLM's replica calls its server class directly, not through ``server_class``: it is listed
-as not wrapped (docs/verl.md, "Limits"), and this test fails the day that changes.
+TRT-LLM's replica names its server class directly (a global of its module, not
+``server_class``): verlprof replaces that global by a launching class that defers to verl's
+outside a bridged launch (``tests/integration/test_verl_fit_cpu.py`` launches verl's real
+TRT-LLM replicas; TRT-LLM's module imports on CPU, its server needs a GPU).
+
+Which processes generate (docs/verl.md's process map): vLLM's server always runs its engine
+with ``distributed_executor_backend: mp`` (engine processes it spawns, also in hybrid mode,
+where the training processes only hand weights over), checked here too.
 """
 
 from __future__ import annotations
@@ -66,9 +72,13 @@ def test_replicas_launch_their_servers_through_server_class(engine):
     assert [ast.unparse(a.value) for a in assigned] == [f"ray.remote({server_name})"]
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+SERVERS = {**ENGINES, "trtllm": ("trtllm_rollout/trtllm_async_server.py", "TRTLLMReplica",
+                                  "TRTLLMHttpServer")}
+
+
+@pytest.mark.parametrize("engine", sorted(SERVERS))
 def test_servers_generate_is_a_plain_coroutine_function(engine):
-    relpath, _, server_name = ENGINES[engine]
+    relpath, _, server_name = SERVERS[engine]
     server = _classes(relpath)[server_name]
     for name in ("generate", "start_profile", "stop_profile"):
         method = _method(server, name)
@@ -87,11 +97,22 @@ def test_the_registry_hands_out_every_replica_class():
     assert "RolloutReplicaRegistry.get(rollout)" in ast.unparse(lookup)
 
 
-def test_trtllm_replicas_call_their_server_class_directly():
+def test_trtllm_replicas_name_their_server_class_directly():
     classes = _classes("trtllm_rollout/trtllm_async_server.py")
     launch = _method(classes["TRTLLMReplica"], "launch_servers")
     assert launch is not None and not _calls_server_class_options(launch)
     assert "TRTLLMHttpServer.options(" in ast.unparse(launch)
+    server = classes["TRTLLMHttpServer"]
+    assert [ast.unparse(d) for d in server.decorator_list] == ["ray.remote"]
+
+
+def test_vllm_servers_spawn_their_engine_processes_in_every_mode():
+    """The server's engine arguments: the multiprocessing executor, whatever the rollout mode
+    (the training processes of a hybrid replica hold no vLLM worker)."""
+    server = _classes(ENGINES["vllm"][0])["vLLMHttpServer"]
+    pairs = [(ast.unparse(k), ast.unparse(v)) for n in ast.walk(server)
+             if isinstance(n, ast.Dict) for k, v in zip(n.keys, n.values) if k is not None]
+    assert ("'distributed_executor_backend'", "'mp'") in pairs
 
 
 def test_the_gpu_script_plans_the_replica_it_documents():

@@ -2,16 +2,20 @@
 
 verl generates on replica servers: ``LLMServerManager`` makes one ``RolloutReplica`` per
 ``tensor x data x pipeline parallel`` GPUs, and each replica's ``launch_servers`` starts its
-server actors with ``self.server_class.options(...).remote(...)`` (vLLM, SGLang and the engines
-registered through ``RolloutReplicaRegistry``). Two seams, both idle until a bridge is attached:
+server actors with ``<actor class>.options(...).remote(...)``: vLLM, SGLang and the engines
+registered through ``RolloutReplicaRegistry`` name ``self.server_class``; TRT-LLM names its
+module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
 
 * driver side, :func:`patch_replicas`: every replica class handed out by
-  ``RolloutReplicaRegistry.get`` has its ``launch_servers`` wrapped. While it runs, the
-  replica's ``server_class`` is a :class:`ServerLauncher`: the server of node 0 of a planned
-  replica runs under the plan's launch argv (nsys), every server gets the environment that
-  loads the bridge, and once the server exists it is registered with the controller as rank
-  ``replica_rank`` of the plan's replica group. The controller then opens and closes its
-  windows at the step boundaries, like a training rank's.
+  ``RolloutReplicaRegistry.get`` has its ``launch_servers`` wrapped, and each Ray actor class
+  it names directly (a module global) is replaced, for good, by a :class:`LaunchingClass`.
+  While a bridged launch runs, the replica's ``server_class`` is one too, and the launch's
+  :class:`ServerLauncher` is in the task's context (a ``ContextVar``: verl launches its
+  replicas concurrently, each in a task of its own, and a direct class is shared by all): the
+  server of node 0 of a planned replica runs under the plan's launch argv (nsys), every server
+  gets the environment that loads the bridge, and once the server exists it is registered
+  with the controller as rank ``replica_rank`` of the plan's replica group. The controller
+  then opens and closes its windows at the step boundaries, like a training rank's.
 * server side, :func:`~verlprof.bridges.verl.worker_side.route_generation`: in a configured
   server process, the server class's
   ``generate`` (what verl's ``LLMServerClient`` calls for every request) runs inside the
@@ -23,13 +27,15 @@ registered through ``RolloutReplicaRegistry``). Two seams, both idle until a bri
 
 from __future__ import annotations
 
+import contextvars
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.patching import MARK
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS
 from verlprof.runtime.launch import worker_runtime_env
+from verlprof.runtime.rank_rpc import describe_error
 
 
 def replica_group(replica: Any) -> Optional[str]:
@@ -40,16 +46,14 @@ def replica_group(replica: Any) -> Optional[str]:
 
 
 class ServerLauncher:
-    """Stands in for a replica's ``server_class`` while it launches its servers: the first
-    server (node 0) of a planned replica is wrapped as the plan says; every one loads the
-    bridge."""
+    """The options of the servers one replica launches: the first server (node 0) of a planned
+    replica is wrapped as the plan says; every one loads the bridge."""
 
-    def __init__(self, server_class: Any, plan: Any, group: Optional[str], replica_rank: int):
-        self.server_class = server_class
+    def __init__(self, plan: Any, group: Optional[str], replica_rank: int):
         self.plan, self.group, self.replica_rank = plan, group, replica_rank
         self.launched = 0
 
-    def options(self, **options: Any) -> Any:
+    def options(self, options: Dict[str, Any]) -> Dict[str, Any]:
         runtime_env = dict(options.get("runtime_env") or {})
         env_vars = bridge_env(runtime_env.get("env_vars"))
         if self.group is not None and self.launched == 0:
@@ -58,27 +62,64 @@ class ServerLauncher:
             env_vars.update(runtime_env.get("env_vars") or {})
         runtime_env["env_vars"] = env_vars
         self.launched += 1
-        return self.server_class.options(**{**options, "runtime_env": runtime_env})
+        return {**options, "runtime_env": runtime_env}
+
+
+_LAUNCHING: contextvars.ContextVar[Optional[ServerLauncher]] = contextvars.ContextVar(
+    "verlprof_launching", default=None)
+"""The launcher of the bridged ``launch_servers`` running in this task, if any."""
+
+
+class LaunchingClass:
+    """A replica's server actor class, whose ``options`` go through the launch in progress in
+    the caller's task (verl's own options where none is)."""
+
+    def __init__(self, actor_class: Any):
+        self.actor_class = actor_class
+
+    def options(self, **options: Any) -> Any:
+        launcher = _LAUNCHING.get()
+        return self.actor_class.options(**(launcher.options(options) if launcher else options))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.server_class, name)
+        return getattr(self.actor_class, name)
+
+
+def _direct_server_classes(launch: Callable) -> None:
+    """Replace each Ray actor class ``launch`` names as a global of its module (TRT-LLM's
+    ``TRTLLMHttpServer``) by a :class:`LaunchingClass`: idle outside a bridged launch."""
+    import ray.actor
+
+    namespace = launch.__globals__
+    for name in launch.__code__.co_names:
+        if isinstance(namespace.get(name), ray.actor.ActorClass):
+            namespace[name] = LaunchingClass(namespace[name])
 
 
 def _wrap_launch(launch: Callable) -> Callable:
     @functools.wraps(launch)
     async def launch_servers(self: Any, *args: Any, **kwargs: Any) -> Any:
         bridge = active_bridge()
-        server_class = getattr(self, "server_class", None)
-        if bridge is None or server_class is None:
+        if bridge is None:
             return await launch(self, *args, **kwargs)
         group = replica_group(self)
         if group is not None and all(g.name != group for g in bridge.plan.groups):
             group = None
-        self.server_class = ServerLauncher(server_class, bridge.plan, group, self.replica_rank)
+        token = _LAUNCHING.set(ServerLauncher(bridge.plan, group, self.replica_rank))
+        server_class = getattr(self, "server_class", None)
+        if server_class is not None:
+            self.server_class = LaunchingClass(server_class)
         try:
             result = await launch(self, *args, **kwargs)
+        except Exception as error:  # verl raises it on; the manifest says which replica
+            if group is not None:
+                bridge.controller.note(f"{group} replica {self.replica_rank}: verl's launch_"
+                                       f"servers raised {describe_error(error)}: not profiled")
+            raise
         finally:
-            self.server_class = server_class
+            _LAUNCHING.reset(token)
+            if server_class is not None:
+                self.server_class = server_class
         if group is not None and self.servers:
             bridge.register_replica(group, int(self.replica_rank), self.servers[0])
         if bridge.engines is not None and replica_group(self) == bridge.engines.route.group:
@@ -122,6 +163,7 @@ def patch_replicas() -> bool:
         replica_class = original(cls, name)
         launch = replica_class.launch_servers
         if not getattr(launch, MARK, False):
+            _direct_server_classes(launch)
             replica_class.launch_servers = _wrap_launch(launch)
         stop = getattr(replica_class, "stop_profile", None)
         if stop is not None and not getattr(stop, MARK, False):
