@@ -148,7 +148,8 @@ def test_the_distillation_teacher_is_a_group_selected_by_its_inference_profiler(
 
     from verlprof.plan.render import render_plan
 
-    plan = compose(*DISTILL, f"+{TEACHER}.profiler.enable=true", f"+{TEACHER}.profiler.ranks=[2]")
+    plan = compose(*DISTILL, f"+{TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig",
+                   f"+{TEACHER}.profiler.enable=true", f"+{TEACHER}.profiler.ranks=[2]")
     group = next(g for g in plan.groups if g.name == "teacher_replicas")
     assert (group.roles, group.world_size, group.rank_span, group.engine) == (
         ("teacher",), 2, 2, "vllm")
@@ -177,3 +178,16 @@ def test_a_teacher_rank_outside_its_pool_is_one_line_naming_the_key(compose):
         compose(*DISTILL, f"+{TEACHER}.profiler.ranks=[4]")
     assert str(err.value) == (f"{TEACHER}.profiler.ranks: rank 4 is outside the teacher "
                               "replicas' 4 GPUs")
+
+
+def test_a_teacher_block_without_target_is_one_warning():
+    """verl's vLLM and SGLang servers read ``profiler.tool`` of the block they get: a block
+    added without its ``_target_`` reaches them as a plain dict."""
+    from verlprof.bridges.verl.launch import compose_verl_config
+    from verlprof.config.build import config_from_dict
+
+    config = compose_verl_config([*BASE, *DISTILL, f"+{TEACHER}.profiler.ranks=[0]"])
+    loaded = config_from_dict(OmegaConf.to_container(config, resolve=True), env={})
+    assert f"{TEACHER}.profiler has no _target_: verl's rollout servers read it as a plain " \
+           f"dict and fail; add {TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig" \
+        in loaded.warnings

@@ -246,6 +246,12 @@ def _read_teachers(raw: Mapping[Any, Any], draft: Draft,
     for teacher in verl_pools.teachers(raw):
         section = Section(teacher.prefix, teacher.inference)
         if section.has_profiler():
+            block = teacher.inference["profiler"]
+            if isinstance(block, Mapping) and "_target_" not in block:
+                # verl's servers would get a dict and fail reading its .tool (vLLM, SGLang)
+                draft.warn(f"{teacher.prefix}.profiler has no _target_: verl's rollout servers "
+                           "read it as a plain dict and fail; add "
+                           f"{teacher.prefix}.profiler._target_=verl.utils.profiler.ProfilerConfig")
             role = global_profiler.read_role(teacher.prefix, section, draft, gp)
             selections[teacher.group] = ComponentConfig(**role.component())
     draft.set(teachers=selections)
