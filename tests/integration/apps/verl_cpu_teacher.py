@@ -34,6 +34,10 @@ class CpuTeacherRunner:
         config = compose(["distillation.enabled=true", "distillation.nnodes=1",
                           "distillation.teacher_models.teacher_model.model_path="
                           "${actor_rollout_ref.model.path}",
+                          # the checkpoint engine's plugin seam imports the engine in the
+                          # teacher's workers (its model config has no external_lib)
+                          "+distillation.teacher_models.teacher_model.inference."
+                          "checkpoint_engine=${actor_rollout_ref.rollout.checkpoint_engine}",
                           "distillation.n_gpus_per_node=2", *overrides], save_path)
         bridge = attach(config, preflight="quick", echo=False)
         pools = ResourcePoolManager(resource_pool_spec={"teacher_pool": [2]}, mapping={},
