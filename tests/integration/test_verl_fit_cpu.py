@@ -380,3 +380,40 @@ def test_trtllm_replicas_launch_the_selected_server_under_nsys(ray_cluster, tmp_
     assert not manifest["reports"]  # no server lived to open a window, and the manifest says
     [said] = [w for w in manifest["warnings"] if w.startswith("rollout_replicas replica 0")]
     assert "launch_servers raised" in said and "not profiled" in said, said
+
+
+TEACHER = "+distillation.teacher_models.teacher_model.inference"
+
+
+def test_bridged_teacher_replica_writes_its_generation_per_step(ray_cluster, tmp_path):
+    """verl's own teacher manager makes the distillation teacher's two replicas (one GPU
+    each) on the teacher's pool; its inference block's profiler selects GPU rank 1: replica 1's
+    server runs under nsys and writes one report per step holding that step's requests as
+    ``teacher/generate``; replica 0's never runs under a profiler."""
+    from tests.helpers import require_nsys
+    from tests.integration.apps.verl_cpu_teacher import REQUESTS, run_teacher
+    from tests.integration.runtime_helpers import nvtx_names
+
+    require_nsys()
+    result = run_teacher([
+        "global_profiler.tool=nsys", "global_profiler.steps=[1,2]",
+        f"{NSYS}.worker_nsight_options.capture-range=nvtx",
+        f"{NSYS}.worker_nsight_options.trace='nvtx,osrt'", f"{NSYS}.controller_nsight_options=null",
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1",
+        f"{TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig",
+        f"{TEACHER}.profiler.enable=true", f"{TEACHER}.profiler.ranks=[1]"], str(tmp_path))
+    manifest = result["manifest"]
+    entries = [e for e in manifest["reports"] if e["group"] == "teacher_replicas"]
+    assert [(e["rank"], e["steps"], e["status"]) for e in entries] == [
+        (1, (1,), "ok"), (1, (2,), "ok")], manifest["reports"]
+    for entry in entries:
+        assert nvtx_names(str(tmp_path / entry["path"])) == {"teacher/generate": REQUESTS}
+    servers = {r["replica_rank"]: r["servers"][0] for r in result["replicas"]}
+    assert [s["generate_per_step"] for s in servers.values()] == [[REQUESTS] * 2] * 2
+    processes = {(p["group"], p["rank"]): p for p in manifest["processes"]}
+    assert list(processes) == [("teacher_replicas", 1)]
+    assert processes[("teacher_replicas", 1)]["pid"] == servers[1]["pid"]
+    assert processes[("teacher_replicas", 1)]["under_profiler"]
+    assert not (tmp_path / ".raw" / "teacher_replicas" / "rank0").exists()  # never profiled
+    assert manifest["served"]["teacher_replicas"] == {"engine": "cpu_standin",
+                                                      "gpus_per_replica": 1}

@@ -249,8 +249,9 @@ def test_reward_pool_and_teacher_of_080_and_later(release):
     # the reward model is served: its replicas (tensor parallel 2 by default) on its own pool
     assert [(g.name, g.roles, g.world_size) for g in loaded.topology.groups] == [
         ("global_pool", ("actor", "rollout", "ref", "critic"), 8),
-        ("rollout_replicas", ("rollout",), 4), ("reward_replicas", ("rm",), 4)]
-    assert [(u.name, u.world_size) for u in loaded.topology.unprofiled] == [("teacher_pool", 8)]
+        ("rollout_replicas", ("rollout",), 4), ("reward_replicas", ("rm",), 4),
+        ("teacher_replicas", ("teacher",), 4)]  # the teacher's default tensor parallel is 2
+    assert loaded.topology.unprofiled == ()
     plan = plan_of(loaded)
     assert {p.group for p in plan.processes} == {"global_pool", "rollout_replicas"}
     with pytest.raises(ConfigError, match="^reward_model.nnodes: is 1 but "

@@ -1,6 +1,5 @@
 """The topology of verl configs: verl's resource pools, the reward model's place in each
-release, the distillation teacher listed as present and not profiled; the seed layout keeps its
-own groups."""
+release, the distillation teachers' replicas; the seed layout keeps its own groups."""
 
 from __future__ import annotations
 
@@ -82,22 +81,48 @@ def test_both_reward_model_blocks_set_differently_is_one_error_naming_both():
                           "for old configs)")
 
 
-def test_distillation_teacher_is_listed_present_and_not_profiled():
-    cfg = cfg_with(v08(), distillation={"enabled": True, "nnodes": 1, "n_gpus_per_node": 8})
+def test_distillation_teacher_is_a_group_of_replicas_on_its_pool():
+    inference = {"name": "vllm", "tensor_model_parallel_size": 2}
+    cfg = cfg_with(v08(), distillation={"enabled": True, "nnodes": 1, "n_gpus_per_node": 8,
+                                        "teacher_models": {"teacher_model": {
+                                            "inference": inference}}})
     p = plan(cfg)
-    assert [(u.name, u.description, u.world_size) for u in p.unprofiled] == [
-        ("teacher_pool", "distillation teacher", 8)]
+    teacher = next(g for g in p.groups if g.name == "teacher_replicas")
+    assert (teacher.roles, teacher.world_size, teacher.rank_span, teacher.engine) == (
+        ("teacher",), 4, 2, "vllm")
+    assert p.unprofiled == () and not [x for x in p.processes if x.group == "teacher_replicas"]
     console = Console(file=io.StringIO(), width=300)
     render_plan(p, console)
-    assert ("teacher_pool (distillation teacher, 8 ranks): present, not profiled: verl serves "
-            "it from LLM inference servers, and no profiler block of verl's selects its "
-            "replicas") in \
-        console.file.getvalue()
+    assert "teacher_replicas (vllm replicas of 2 GPU(s))" in console.file.getvalue()
     off = cfg_with(v08(), distillation={"enabled": False, "nnodes": 0})
-    assert load(off).topology.unprofiled == ()
+    assert "teacher_replicas" not in [name for name, _, _ in groups(off)]
     bad = cfg_with(v08(), distillation={"enabled": True, "nnodes": 0, "n_gpus_per_node": 8})
     assert error(bad).startswith("distillation.nnodes: must be a positive int when "
                                  "distillation.enabled is true, got 0")
+
+
+def test_several_teachers_are_one_group_each_named_by_key():
+    """verl drops its default entry when others are added: each teacher takes num_replicas
+    replicas of its own parallel size, keyed by ``key`` (the name verl gives its servers)."""
+    def model(key, replicas, tp):
+        return {"key": key, "num_replicas": replicas,
+                "inference": {"name": "sglang", "tensor_model_parallel_size": tp}}
+
+    default = {"inference": {"name": "vllm", "tensor_model_parallel_size": 2}}
+    distillation = {"enabled": True, "nnodes": 1, "n_gpus_per_node": 8, "teacher_models": {
+        "teacher_model": default, "math": model("openai/gsm8k", 2, 2), "geo": model("geo", 4, 1)}}
+    teachers = [g for g in groups(cfg_with(v08(), distillation=distillation))
+                if g[1] == ("teacher",)]
+    assert teachers == [("teacher_replicas_openai_gsm8k", ("teacher",), 2),
+                        ("teacher_replicas_geo", ("teacher",), 4)]
+    clash = {**distillation, "teacher_models": {"a": model("x/y", 1, 1), "b": model("x_y", 1, 1)}}
+    assert error(cfg_with(v08(), distillation=clash)) == (
+        "distillation.teacher_models.b.key: 'x_y' names the same servers as another teacher's "
+        "key (verl replaces / by _ in them)")
+    keyless = {**distillation, "teacher_models": {"a": model(None, 1, 1), "b": model("b", 1, 1)}}
+    assert error(cfg_with(v08(), distillation=keyless)) == (
+        "distillation.teacher_models.a.key: must name the teacher when there are several "
+        "(verl routes by it), got None")
 
 
 @pytest.mark.parametrize("release_cfg, ok", [(v06, False), (v08, False),

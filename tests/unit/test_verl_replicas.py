@@ -1,6 +1,6 @@
-"""verl's served models as groups of the plan: rollout replicas and the served reward model,
-selected the way verl maps ``profiler.ranks`` (global GPU ranks -> the replica owning them),
-on verl 0.9.1's own Hydra-composed config (no Ray)."""
+"""verl's served models as groups of the plan: rollout replicas, the served reward model and
+the distillation teacher, selected the way verl maps ``profiler.ranks`` (global GPU ranks -> the
+replica owning them), on verl 0.9.1's own Hydra-composed config (no Ray)."""
 
 from __future__ import annotations
 
@@ -132,3 +132,62 @@ def test_a_replica_rank_outside_the_replicas_is_one_line_naming_the_key(compose)
                 "actor_rollout_ref.rollout.profiler.ranks=[9]")
     assert str(err.value) == ("actor_rollout_ref.rollout.profiler.ranks: rank 9 is outside "
                               "the rollout replicas' 4 GPUs")
+
+
+TEACHER = "distillation.teacher_models.teacher_model.inference"
+DISTILL = ["distillation.enabled=true", "distillation.nnodes=1",
+           "distillation.n_gpus_per_node=4"]
+
+
+def test_the_distillation_teacher_is_a_group_selected_by_its_inference_profiler(compose,
+                                                                              capsys):
+    """verl 0.9.1's teacher (its default entry, tensor parallel 2 on a pool of 4 GPUs: two
+    replicas): its inference block's profiler, which verl never reads, selects the replica
+    owning each GPU rank of the teacher's pool; the plan lists it with its reports."""
+    from rich.console import Console
+
+    from verlprof.plan.render import render_plan
+
+    plan = compose(*DISTILL, f"+{TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig",
+                   f"+{TEACHER}.profiler.enable=true", f"+{TEACHER}.profiler.ranks=[2]")
+    group = next(g for g in plan.groups if g.name == "teacher_replicas")
+    assert (group.roles, group.world_size, group.rank_span, group.engine) == (
+        ("teacher",), 2, 2, "vllm")
+    assert [(p.group, p.rank) for p in plan.processes] == [("teacher_replicas", 1)]
+    teacher = plan.processes[0]
+    assert teacher.mode == "whole" and teacher.launch_argv[0] == "nsys"
+    assert [w.report.path for w in teacher.windows] == [
+        f"step000{s}/teacher_replicas/rank1/teacher_replicas_step{s}_rank1_{{host}}_{{pid}}"
+        ".nsys-rep" for s in (1, 2)]
+    assert not plan.unprofiled and not plan.warnings
+    render_plan(plan, console=Console(width=200, force_terminal=False))
+    out = capsys.readouterr().out
+    assert "teacher_replicas (vllm replicas of 2 GPU(s))" in out and "1 (GPUs 2-3)" in out
+    unselected = compose(*DISTILL, "actor_rollout_ref.actor.profiler.enable=true")
+    assert "teacher_replicas" not in {p.group for p in unselected.processes}
+    every = compose(*DISTILL, f"+{TEACHER}.profiler.all_ranks=true")
+    assert _replicas(every, "teacher_replicas") == [0, 1]
+    off = compose(f"+{TEACHER}.profiler.ranks=[0]")
+    assert "teacher_replicas" not in {g.name for g in off.groups}
+
+
+def test_a_teacher_rank_outside_its_pool_is_one_line_naming_the_key(compose):
+    from verlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        compose(*DISTILL, f"+{TEACHER}.profiler.ranks=[4]")
+    assert str(err.value) == (f"{TEACHER}.profiler.ranks: rank 4 is outside the teacher "
+                              "replicas' 4 GPUs")
+
+
+def test_a_teacher_block_without_target_is_one_warning():
+    """verl's vLLM and SGLang servers read ``profiler.tool`` of the block they get: a block
+    added without its ``_target_`` reaches them as a plain dict."""
+    from verlprof.bridges.verl.launch import compose_verl_config
+    from verlprof.config.build import config_from_dict
+
+    config = compose_verl_config([*BASE, *DISTILL, f"+{TEACHER}.profiler.ranks=[0]"])
+    loaded = config_from_dict(OmegaConf.to_container(config, resolve=True), env={})
+    assert f"{TEACHER}.profiler has no _target_: verl's rollout servers read it as a plain " \
+           f"dict and fail; add {TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig" \
+        in loaded.warnings

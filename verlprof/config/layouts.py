@@ -30,10 +30,17 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from verlprof.config import global_profiler, profiler_block, verl_keys, verl_release, verl_roles
+from verlprof.config import (
+    global_profiler,
+    profiler_block,
+    verl_keys,
+    verl_pools,
+    verl_release,
+    verl_roles,
+)
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft, RoleDraft
-from verlprof.config.schema import ROLES, ProfilingConfig
+from verlprof.config.schema import ROLES, ComponentConfig, ProfilingConfig
 from verlprof.errors import ConfigError
 
 SEED = "seed"
@@ -227,7 +234,27 @@ def _read_global_layout(raw: Mapping[Any, Any], trainer: Mapping[Any, Any],
             own, actor = f"{ROLE_SECTIONS[role][0]}.", f"{ROLE_SECTIONS['actor'][0]}."
             draft.warnings += [w for w in into.warnings
                                if w.replace(own, actor) not in draft.warnings]
+    _read_teachers(raw, draft, gp)
     global_profiler.finish(draft)
+
+
+def _read_teachers(raw: Mapping[Any, Any], draft: Draft,
+                   gp: global_profiler.GlobalSettings) -> None:
+    """Each distillation teacher's ``inference.profiler`` block selects its replicas (GPU
+    ranks of the teacher's pool); a teacher without one is not profiled."""
+    selections = {}
+    for teacher in verl_pools.teachers(raw):
+        section = Section(teacher.prefix, teacher.inference)
+        if section.has_profiler():
+            block = teacher.inference["profiler"]
+            if isinstance(block, Mapping) and "_target_" not in block:
+                # verl's servers would get a dict and fail reading its .tool (vLLM, SGLang)
+                draft.warn(f"{teacher.prefix}.profiler has no _target_: verl's rollout servers "
+                           "read it as a plain dict and fail; add "
+                           f"{teacher.prefix}.profiler._target_=verl.utils.profiler.ProfilerConfig")
+            role = global_profiler.read_role(teacher.prefix, section, draft, gp)
+            selections[teacher.group] = ComponentConfig(**role.component())
+    draft.set(teachers=selections)
 
 
 def _follows_actor(draft: Draft, role: str) -> bool:

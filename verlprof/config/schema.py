@@ -320,6 +320,12 @@ class ProfilingConfig:
     worker's rollout phases follow the actor's block. None: the replicas follow the rollout
     role."""
 
+    teachers: Dict[str, ComponentConfig] = field(default_factory=dict,
+                                                 metadata=SET_BY_LOADER)
+    """The distillation teachers' selections (verl 0.8+), by plan group (``teacher_replicas``):
+    each teacher's ``inference.profiler`` block, which verl itself never reads. A teacher
+    without one is not profiled."""
+
     disabled_reason: str = field(default="", metadata=SET_BY_LOADER)
     """Why ``enabled`` is false, naming the key (``trainer.profiler.enabled is false``); empty
     while enabled. ``verlprof plan`` prints it instead of a bare "off"."""

@@ -65,14 +65,14 @@ class GroupTopology:
 
 @dataclass(frozen=True)
 class UnprofiledGroup:
-    """Processes of the run that verlprof knows of but cannot profile (verl's distillation
-    teacher, a served reward model): listed by ``verlprof plan``, never an error."""
+    """Processes of the run that verlprof knows of but cannot profile: listed by
+    ``verlprof plan``, never an error."""
 
     name: str
-    """Its name (``teacher_pool``)."""
+    """Its name (a pool's, as the trainer names it)."""
 
     description: str
-    """What runs there (``distillation teacher``)."""
+    """What runs there, in words."""
 
     world_size: int
     """Number of ranks (GPUs) it takes."""

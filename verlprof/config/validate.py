@@ -333,7 +333,8 @@ def check_draft(draft: Draft) -> None:
         return
     if not draft.config.enabled:
         draft.warn(f"{draft.disabled_reason}, so {draft.steps_key} profiles nothing")
-    elif not any(role.selects_any for role in roles):
+    elif not any(role.selects_any for role in roles) \
+            and not any(t.selects_any for t in draft.config.teachers.values()):
         key = draft.roles["actor"].ranks_key
         hint = f"e.g. set {key}: [0]" if "." in key else f"no worker matches {key}"
         draft.warn(f"{draft.steps_key} is set but no role selects a rank ({hint}), so no "

@@ -19,9 +19,13 @@ verl fuses every role of a resource pool into one process per GPU
 ``reward_replicas`` (roles: rm)
     the served reward model's replicas (0.8.0+, ``reward.reward_model.enable``), sized by
     ``reward.reward_model.rollout`` on its own pool or global_pool's GPUs.
-``teacher_pool``
-    the distillation teacher (0.8.0+, ``distillation.enabled``): served too, listed as present
-    and not profiled (no verlprof role selects it).
+``teacher_replicas`` (roles: teacher)
+    the distillation teacher's replicas (0.8.0+, ``distillation.enabled``), on the teacher's
+    pool (``distillation.nnodes x n_gpus_per_node``), sized by its ``inference`` block as verl's
+    ``TeacherModelManager`` sizes them; selected by that block's ``profiler`` (which verl itself
+    never reads): GPU ranks of the teacher's pool, a rank selecting the replica that owns it.
+    Several teachers (``distillation.teacher_models`` with more than verl's default entry): one
+    group per teacher, ``teacher_replicas_<key>``, each on its ``num_replicas`` replicas.
 
 From 0.8.0 the reward model is read from ``reward.reward_model``, or from the legacy top-level
 ``reward_model`` block where that is set (verl 0.8.0 migrates it); both set to different values
@@ -33,11 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from verlprof import paths
 from verlprof.config import validate as v
 from verlprof.config.topology import (
     GroupTopology,
     Topology,
-    UnprofiledGroup,
     bounded_world_size,
     device_is_cuda,
 )
@@ -46,11 +50,16 @@ from verlprof.errors import ConfigError
 
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"
-TEACHER_POOL = "teacher_pool"
 ROLLOUT_REPLICAS = "rollout_replicas"
 """verl's rollout replicas (``RolloutReplica``, 0.7+): one server process per replica."""
 REWARD_REPLICAS = "reward_replicas"
 """The served reward model's replicas (0.8+)."""
+TEACHER_REPLICAS = "teacher_replicas"
+"""The distillation teacher's replicas (0.8+); ``teacher_replicas_<key>`` for each of several."""
+TEACHER = "teacher"
+"""The plan role of a teacher's replicas (ranges ``teacher/generate``)."""
+SINGLE_TEACHER = "teacher_model"
+"""verl's default entry of ``distillation.teacher_models``, dropped when others are added."""
 
 RM_KEYS: Tuple[str, ...] = ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")
 """The reward model's keys that decide its pool, in ``reward.reward_model`` (0.8.0+) and in
@@ -70,8 +79,18 @@ class RewardModelPlace:
     """``reward_pool``'s ranks (0 when it has no pool of its own)."""
 
 
-_SERVED = "verl serves it from LLM inference servers, and no profiler block of verl's " \
-          "selects its replicas"
+@dataclass(frozen=True)
+class Teacher:
+    """One distillation teacher as verl's ``MultiTeacherModelManager`` makes it."""
+
+    group: str
+    """Its plan group (``teacher_replicas``, or ``teacher_replicas_<key>`` among several)."""
+    prefix: str
+    """Its ``inference`` block's key (``distillation.teacher_models.<entry>.inference``)."""
+    inference: Mapping[Any, Any]
+    """That block (a RolloutConfig: the engine, its parallel sizes, the ``profiler``)."""
+    gpus: int
+    """GPUs of the teacher's pool (its slice of verl's teacher pool)."""
 
 
 def topology(raw: Mapping[Any, Any], traits: VerlTraits,
@@ -97,7 +116,6 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
     if _uses_critic(raw):
         roles.append("critic")
     rm = _reward_model(raw, traits, warn)
-    unprofiled: List[UnprofiledGroup] = []
     groups = []
     if rm is not None and not rm.own_pool and not traits.rm_served:
         roles.append("rm")
@@ -114,18 +132,69 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
         block = _section(_section(_section(raw, "reward"), "reward_model"), "rollout")
         groups += _replicas(REWARD_REPLICAS, "rm", block, "reward.reward_model.rollout",
                             rm.size if rm.own_pool else global_size)
+    for teacher in teachers(raw):
+        groups += _replicas(teacher.group, TEACHER, teacher.inference, teacher.prefix,
+                            teacher.gpus)
+    return Topology(tuple(groups), cuda=cuda)
+
+
+def teachers(raw: Mapping[Any, Any]) -> List[Teacher]:
+    """The distillation teachers of ``raw`` (none while ``distillation.enabled`` is false), as
+    verl resolves ``teacher_models``: its one default entry takes the whole teacher pool;
+    entries added beside it replace it, each on ``num_replicas`` replicas, keyed by ``key``."""
     distillation = raw.get("distillation")
-    if isinstance(distillation, Mapping) and _flag(distillation, "enabled", "distillation"):
-        size = _required_size(distillation, "distillation", "distillation.enabled")
-        unprofiled.append(UnprofiledGroup(name=TEACHER_POOL, description="distillation teacher",
-                                          world_size=size, reason=_SERVED))
-    return Topology(tuple(groups), cuda=cuda, unprofiled=tuple(unprofiled))
+    if not isinstance(distillation, Mapping) or not _flag(distillation, "enabled",
+                                                          "distillation"):
+        return []
+    size = _required_size(distillation, "distillation", "distillation.enabled")
+    models = _section(distillation, "teacher_models")
+    entries = [name for name in models if len(models) == 1 or name != SINGLE_TEACHER]
+    out: List[Teacher] = []
+    for name in entries:
+        model, prefix = _section(models, name), f"distillation.teacher_models.{name}"
+        inference = _section(model, "inference")
+        if len(entries) == 1:
+            out.append(Teacher(TEACHER_REPLICAS, f"{prefix}.inference", inference, size))
+            continue
+        key, count = model.get("key"), model.get("num_replicas")
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{prefix}.key", f"must name the teacher when there are several "
+                                               f"(verl routes by it), got {v.show(key)}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"{prefix}.num_replicas", f"must be a positive int when there "
+                                                        f"are several teachers, got "
+                                                        f"{v.show(count)}")
+        group = teacher_group(key)
+        if any(t.group == group for t in out):
+            raise ConfigError(f"{prefix}.key", f"{key!r} names the same servers as another "
+                                               "teacher's key (verl replaces / by _ in them)")
+        span = _span(inference, f"{prefix}.inference")
+        out.append(Teacher(group, f"{prefix}.inference", inference, count * span))
+    return out
+
+
+def teacher_group(key: str, groups: Tuple[str, ...] = ()) -> str:
+    """The plan group of the teacher keyed ``key`` (a replica's ``name_suffix``): the one
+    teacher's group where ``groups`` (the plan's) has it, else ``teacher_replicas_<key>``."""
+    if TEACHER_REPLICAS in groups:
+        return TEACHER_REPLICAS
+    return f"{TEACHER_REPLICAS}_{paths.sanitize(key.replace('/', '_'))}"
 
 
 def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
               pool: int) -> List[GroupTopology]:
     """A served model's replicas as verl's ``LLMServerManager`` makes them: each spans tensor x
     data x pipeline parallel GPUs of its pool (none when one does not fit)."""
+    span = _span(rollout, prefix)
+    engine = rollout.get("name")
+    engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
+    if pool // span < 1:
+        return []
+    return [GroupTopology(name, (role,), pool // span, rank_span=span, engine=str(engine))]
+
+
+def _span(rollout: Mapping[Any, Any], prefix: str) -> int:
+    """GPUs of one replica: tensor x data x pipeline parallel (verl's replica world size)."""
     span = 1
     for key in ("tensor_model_parallel_size", "data_parallel_size",
                 "pipeline_model_parallel_size"):
@@ -133,11 +202,7 @@ def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {v.show(value)}")
         span *= value
-    engine = rollout.get("name")
-    engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
-    if pool // span < 1:
-        return []
-    return [GroupTopology(name, (role,), pool // span, rank_span=span, engine=str(engine))]
+    return span
 
 
 def _uses_critic(raw: Mapping[Any, Any]) -> bool:

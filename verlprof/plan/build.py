@@ -16,7 +16,7 @@ from verlprof import paths
 from verlprof.backends import Backend, get_backend
 from verlprof.config.schema import ComponentConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
-from verlprof.config.verl_pools import ROLLOUT_REPLICAS
+from verlprof.config.verl_pools import ROLLOUT_REPLICAS, TEACHER
 from verlprof.errors import ConfigError
 from verlprof.plan.model import (
     PHASE_ORDER,
@@ -184,9 +184,12 @@ def _finish_hook(config: ProfilingConfig, processes: List[ProcessPlan],
 
 def _component(config: ProfilingConfig, group: GroupTopology, role: str) -> ComponentConfig:
     """The block that selects ``role``'s ranks in ``group``: the rollout's own block for the
-    rollout replicas where it was set apart from the actor's (verl's servers read it)."""
+    rollout replicas where it was set apart from the actor's (verl's servers read it); a
+    distillation teacher's ``inference.profiler`` for its replicas."""
     if group.name == ROLLOUT_REPLICAS and config.rollout_replicas is not None:
         return config.rollout_replicas
+    if role == TEACHER:  # a served-only role: each teacher's own block, none when not given
+        return config.teachers.get(group.name, ComponentConfig())
     return config.components.get(role)
 
 
@@ -198,13 +201,17 @@ def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
 
 
 def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:
-    replicas = topology.group(ROLLOUT_REPLICAS)
-    if config.rollout_replicas is not None and replicas is not None:
+    served = [(ROLLOUT_REPLICAS, "rollout", config.rollout_replicas),
+              *((name, TEACHER, block) for name, block in config.teachers.items())]
+    for name, what, selection in served:
+        replicas = topology.group(name)
+        if selection is None or replicas is None:
+            continue
         size = replicas.world_size * replicas.rank_span
-        for rank in config.rollout_replicas.ranks:
+        for rank in selection.ranks:
             if rank >= size:
-                raise ConfigError(config.rollout_replicas.ranks_key,
-                                  f"rank {rank} is outside the rollout replicas' {size} GPUs")
+                raise ConfigError(selection.ranks_key,
+                                  f"rank {rank} is outside the {what} replicas' {size} GPUs")
     for role in ("actor", "rollout", "ref", "critic", "rm"):
         component = config.components.get(role)
         group = topology.group_of(role)

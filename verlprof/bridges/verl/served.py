@@ -33,15 +33,17 @@ from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.patching import MARK
-from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS
+from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.launch import worker_runtime_env
 from verlprof.runtime.rank_rpc import describe_error
 
 
-def replica_group(replica: Any) -> Optional[str]:
-    """The plan group of a verl replica (None: a distillation teacher, not a verlprof role)."""
+def replica_group(replica: Any, plan: Any = None) -> str:
+    """The plan group of a verl replica: a distillation teacher's is its key's (verl names its
+    servers ``..._<key>``) among the groups of ``plan``."""
     if getattr(replica, "is_teacher_model", False):
-        return None
+        groups = tuple(g.name for g in plan.groups) if plan is not None else ()
+        return teacher_group(str(getattr(replica, "name_suffix", ""))[1:], groups)
     return REWARD_REPLICAS if getattr(replica, "is_reward_model", False) else ROLLOUT_REPLICAS
 
 
@@ -102,7 +104,7 @@ def _wrap_launch(launch: Callable) -> Callable:
         bridge = active_bridge()
         if bridge is None:
             return await launch(self, *args, **kwargs)
-        group = replica_group(self)
+        group: Optional[str] = replica_group(self, bridge.plan)
         if group is not None and all(g.name != group for g in bridge.plan.groups):
             group = None
         token = _LAUNCHING.set(ServerLauncher(bridge.plan, group, self.replica_rank))

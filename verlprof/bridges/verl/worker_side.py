@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from verlprof.bridges.verl.patching import MARK, wrap_once
 from verlprof.bridges.verl.roles import phase_of
-from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS
+from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, TEACHER_REPLICAS
 from verlprof.worker import ProfilingWorkerMixin
 
 _FLAGS = ("_enable", "_this_rank", "_this_step")
@@ -130,7 +130,8 @@ class VerlprofImpl:
         return decorate
 
 
-SERVED_GROUPS = (ROLLOUT_REPLICAS, REWARD_REPLICAS)
+SERVED_GROUPS = (ROLLOUT_REPLICAS, REWARD_REPLICAS, TEACHER_REPLICAS)
+"""The served models' plan groups (a teacher's among several: ``teacher_replicas_<key>``)."""
 _HOST: Optional[ProcessHost] = None
 _HOST_LOCK = threading.Lock()
 
@@ -151,8 +152,8 @@ def remote_call(actor: Any, method: str, *args: Any) -> Any:
         raise PermissionError(f"{method} is not a verlprof RPC")
     reply = getattr(host(), method)(*args)
     plan = args[0] if method == "verlprof_configure" and args else None
-    if plan is not None and plan.group in SERVED_GROUPS:  # a replica's server: its requests
-        route_generation(type(actor), plan.roles[0])  # become ranges in its windows
+    if plan is not None and plan.group.startswith(SERVED_GROUPS):
+        route_generation(type(actor), plan.roles[0])  # a server: requests become ranges
     return reply
 
 
