@@ -142,14 +142,18 @@ class HookRun:
 
 @dataclass(frozen=True)
 class ServedGroup:
-    """A served model's replicas (verl's rollout replicas, the served reward model): rank
-    ``r`` of the group is replica ``r``, which owns global GPU ranks ``r * gpus_per_replica``
-    to ``(r + 1) * gpus_per_replica - 1``."""
+    """A served model's replicas (verl's rollout replicas, the served reward model, a
+    distillation teacher): rank ``r`` of the group is server ``r % servers_per_replica`` of
+    replica ``r // servers_per_replica``; replica ``i`` owns global GPU ranks
+    ``i * gpus_per_replica`` to ``(i + 1) * gpus_per_replica - 1``, split evenly over its
+    servers (one per node)."""
 
     engine: str
     """Its inference engine (``vllm``, ``sglang``, ...)."""
     gpus_per_replica: int
     """GPUs (global ranks) of each replica: tensor x data x pipeline parallel."""
+    servers_per_replica: int = 1
+    """Servers of each replica, one per node it spans (manifests before this field: 1)."""
 
 
 @dataclass(frozen=True)

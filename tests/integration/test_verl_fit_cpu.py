@@ -228,6 +228,35 @@ def test_bridged_replica_in_mode_writes_its_generation_per_step(ray_cluster, tmp
     assert pids[("rollout_replicas", 0)] == server["pid"]
 
 
+def test_a_replica_over_two_nodes_runs_each_server_under_nsys(ray_cluster, tmp_path):
+    """A standalone replica of tensor parallel 2 on nodes of one GPU: verl starts one server per
+    node, and both run under nsys as ranks 0 and 1 of the replica group, each writing one
+    report per step; only node 0's server takes requests (its report holds each of them)."""
+    from tests.helpers import require_nsys
+    from tests.integration.apps.verl_cpu_rollout import run_generation
+    from tests.integration.runtime_helpers import nvtx_names
+
+    require_nsys()
+    result = run_generation("standalone", [
+        *BRIDGED, "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2"], str(tmp_path), bridged=True)
+    [replica] = result["replicas"]
+    assert [s["node_rank"] for s in replica["servers"]] == [0, 1]
+    manifest = result["manifest"]
+    assert manifest["served"]["rollout_replicas"] == {
+        "engine": "cpu_standin", "gpus_per_replica": 2, "servers_per_replica": 2}
+    pids = {p["rank"]: p["pid"] for p in manifest["processes"]
+            if p["group"] == "rollout_replicas" and p["under_profiler"]}
+    assert pids == {node: s["pid"] for node, s in enumerate(replica["servers"])}
+    entries = sorted((e["rank"], e["steps"], e["status"], e["path"]) for e in manifest["reports"]
+                     if e["group"] == "rollout_replicas")
+    assert [e[:3] for e in entries] == [(0, (1,), "ok"), (0, (2,), "ok"), (1, (1,), "ok"),
+                                        (1, (2,), "ok")], manifest["reports"]
+    for rank, _, _, path in entries:
+        ranges = nvtx_names(str(tmp_path / path))
+        assert ranges == ({"rollout/generate": BATCH * N} if rank == 0 else {}), (rank, ranges)
+
+
 def test_on_demand_capture_of_a_running_bridged_fit(ray_cluster, tmp_path):
     """verl's ``global_profiler.steps`` empty and on-demand capture on: while verl's real fit
     runs (held before step 1's boundary), ``verlprof capture --wait`` from another process asks

@@ -68,6 +68,43 @@ def test_standalone_replicas_are_sized_by_the_rollouts_own_pool(compose):
     assert group.world_size == 4 and _replicas(plan) == [1]  # 8 GPUs of its own, 2 each
 
 
+def test_a_replica_wider_than_a_node_is_one_server_per_node(compose):
+    """tensor parallel 4 on nodes of 2 GPUs: verl starts two servers per replica, one per node;
+    a global rank selects every server of its replica, each with reports of its own, and the
+    plan's table says which replica's node each is."""
+    from rich.console import Console
+
+    from verlprof.plan.render import render_plan
+
+    plan = compose("trainer.nnodes=4", "trainer.n_gpus_per_node=2",
+                   "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                   "actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[5]")
+    group = next(g for g in plan.groups if g.name == "rollout_replicas")
+    assert (group.world_size, group.rank_span, group.servers_per_replica,
+            group.replica_span) == (4, 2, 2, 4)
+    assert _replicas(plan) == [2, 3]  # GPU 5 is replica 1's: both of its servers
+    paths = {w.report.path for p in plan.processes if p.group == "rollout_replicas"
+             for w in p.windows}
+    assert "step0001/rollout_replicas/rank3/rollout_replicas_step1_rank3_{host}_{pid}" \
+           ".nsys-rep" in paths
+    console = Console(width=200, record=True)
+    render_plan(plan, console)
+    text = console.export_text()
+    assert "rollout_replicas (vllm replicas of 4 GPU(s), 2 servers each)" in text
+    assert "2 (replica 1 node 0, GPUs 4-5), 3 (replica 1 node 1, GPUs 6-7)" in text
+
+
+def test_a_replica_that_does_not_split_over_its_nodes_is_one_line(compose):
+    from verlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        compose("trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.n_gpus_per_node=3",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=4")
+    assert str(error.value).startswith("actor_rollout_ref.rollout.n_gpus_per_node: 3 GPUs per "
+                                       "node do not divide a replica's 4 GPUs")
+
+
 def test_the_served_reward_model_is_a_group_of_replicas(compose):
     """verl 0.8+ serves the reward model: selecting it profiles its replicas (it was refused)."""
     plan = compose("reward.reward_model.enable=true", "reward.reward_model.rollout.name=sglang",

@@ -42,20 +42,30 @@ class GroupTopology:
     """Number of ranks (processes) in the group."""
 
     rank_span: int = 1
-    """Global ranks each rank of the group owns: 1 for a worker group; for the replicas of a
-    served model (verl's rollout replicas since 0.7), the replica's world size (tensor x data
-    x pipeline parallel), so that a selected global rank selects the replica that owns it, as
-    verl maps ``rollout.profiler.ranks``."""
+    """Global ranks each rank of the group owns: 1 for a worker group; for the servers of a
+    served model's replicas (verl's rollout replicas since 0.7), the GPUs of one server: the
+    replica's world size (tensor x data x pipeline parallel) split over its nodes."""
 
     engine: str = ""
     """The inference engine of a served model's replicas (``vllm``, ``sglang``, ...); empty
     for a worker group."""
 
+    servers_per_replica: int = 1
+    """Servers of each replica: verl starts one per node a replica spans (more than one when
+    its world size exceeds the engine's ``n_gpus_per_node``). Rank ``r`` of a served group is
+    server ``r % servers_per_replica`` of replica ``r // servers_per_replica``."""
+
     @property
     def served(self) -> bool:
-        """The group is a served model's replicas: one server process per rank (replica),
-        whose windows are whole steps (it has no annotated phase of its own)."""
+        """The group is a served model's replicas: one server process per rank, whose
+        windows are whole steps (it has no annotated phase of its own)."""
         return bool(self.engine)
+
+    @property
+    def replica_span(self) -> int:
+        """GPUs (global ranks) of one replica; a selected global rank selects every server of
+        the replica that owns it, as verl maps ``rollout.profiler.ranks``."""
+        return self.rank_span * self.servers_per_replica
 
     @property
     def worker_name(self) -> str:

@@ -126,15 +126,22 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
     if traits.at_least("0.7.0") and not traits.phases.get("rollout"):
         pool = global_size if hybrid else _pool_size(_section(arr, "rollout"),
                                                      "actor_rollout_ref.rollout", 1)
-        groups += _replicas(ROLLOUT_REPLICAS, "rollout", _section(arr, "rollout"),
-                            "actor_rollout_ref.rollout", pool)
+        rollout = _section(arr, "rollout")
+        groups += _replicas(ROLLOUT_REPLICAS, "rollout", rollout, "actor_rollout_ref.rollout",
+                            pool, "actor_rollout_ref.rollout.n_gpus_per_node",
+                            rollout.get("n_gpus_per_node", trainer.get("n_gpus_per_node", 8)))
     if rm is not None and traits.rm_served:
-        block = _section(_section(_section(raw, "reward"), "reward_model"), "rollout")
-        groups += _replicas(REWARD_REPLICAS, "rm", block, "reward.reward_model.rollout",
-                            rm.size if rm.own_pool else global_size)
+        reward = _section(_section(raw, "reward"), "reward_model")
+        groups += _replicas(REWARD_REPLICAS, "rm", _section(reward, "rollout"),
+                            "reward.reward_model.rollout",
+                            rm.size if rm.own_pool else global_size,
+                            "reward.reward_model.n_gpus_per_node",
+                            reward.get("n_gpus_per_node", RM_DEFAULTS["n_gpus_per_node"]))
+    distillation = _section(raw, "distillation")
     for teacher in teachers(raw):
         groups += _replicas(teacher.group, TEACHER, teacher.inference, teacher.prefix,
-                            teacher.gpus)
+                            teacher.gpus, "distillation.n_gpus_per_node",
+                            distillation.get("n_gpus_per_node"))
     return Topology(tuple(groups), cuda=cuda)
 
 
@@ -182,15 +189,26 @@ def teacher_group(key: str, groups: Tuple[str, ...] = ()) -> str:
 
 
 def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
-              pool: int) -> List[GroupTopology]:
+              pool: int, node_key: str, gpus_per_node: Any) -> List[GroupTopology]:
     """A served model's replicas as verl's ``LLMServerManager`` makes them: each spans tensor x
-    data x pipeline parallel GPUs of its pool (none when one does not fit)."""
+    data x pipeline parallel GPUs of its pool (none when one does not fit), with one server
+    per node of ``gpus_per_node`` GPUs it spans (``node_key`` sets it)."""
     span = _span(rollout, prefix)
     engine = rollout.get("name")
     engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
     if pool // span < 1:
         return []
-    return [GroupTopology(name, (role,), pool // span, rank_span=span, engine=str(engine))]
+    if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) \
+            or gpus_per_node < 1:
+        raise ConfigError(node_key, f"must be a positive int, got {v.show(gpus_per_node)}")
+    per_server = min(gpus_per_node, span)  # verl's gpus_per_replica_node
+    if span % per_server:
+        raise ConfigError(node_key, f"{gpus_per_node} GPUs per node do not divide a replica's "
+                                    f"{span} GPUs ({prefix}: tensor x data x pipeline "
+                                    "parallel); verl asserts they do")
+    servers = span // per_server
+    return [GroupTopology(name, (role,), pool // span * servers, rank_span=per_server,
+                          engine=str(engine), servers_per_replica=servers)]
 
 
 def _span(rollout: Mapping[Any, Any], prefix: str) -> int:

@@ -67,8 +67,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
             mode = "whole" if group.served else _group_mode(config, group)
             for rank in range(group.world_size):
                 selecting = tuple(r for r in group.roles
-                                  if _selects(_component(config, group, r), rank,
-                                              group.rank_span))
+                                  if _selects(_component(config, group, r), rank, group))
                 if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
                     processes.append(_process_plan(config, topology, backend, group, rank,
                                                    selecting, mode, windows, window_time,
@@ -193,11 +192,13 @@ def _component(config: ProfilingConfig, group: GroupTopology, role: str) -> Comp
     return config.components.get(role)
 
 
-def _selects(component: ComponentConfig, rank: int, span: int = 1) -> bool:
-    """The component selects ``rank`` (a replica owning ``span`` global ranks: any of them)."""
-    if span == 1:
+def _selects(component: ComponentConfig, rank: int, group: GroupTopology) -> bool:
+    """The component selects ``rank`` of ``group``; a served group's rank is a server, which
+    any global rank of its replica selects."""
+    if component.all_ranks or not group.served:
         return component.all_ranks or rank in component.ranks
-    return component.all_ranks or any(r // span == rank for r in component.ranks)
+    replica = rank // group.servers_per_replica
+    return any(r // group.replica_span == replica for r in component.ranks)
 
 
 def _check_ranks(config: ProfilingConfig, topology: Topology, warnings: List[str]) -> None:

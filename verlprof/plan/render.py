@@ -127,14 +127,19 @@ def _ranks_table(plan: ProfilePlan) -> Table:
         table.add_column(column)
     for group in plan.groups:
         procs = [p for p in plan.processes if p.group == group.name]
-        # a served model's ranks are its replicas: say so, with their GPUs (global ranks)
-        name = (f"{group.name} ({group.engine} replicas of {group.rank_span} GPU(s))"
+        # a served model's ranks are its replicas' servers: say so, with their GPUs (global
+        # ranks), and which replica's node each is where a replica spans several
+        servers = group.servers_per_replica
+        name = (f"{group.name} ({group.engine} replicas of {group.replica_span} GPU(s)"
+                + (f", {servers} servers each" if servers > 1 else "") + ")"
                 if group.served else group.name)
         if not procs:
             table.add_row(_text(name), str(group.world_size), "-", "-", "-", "-")
             continue
         ranks = ", ".join(str(p.rank) if not group.served else
-                          f"{p.rank} (GPUs {p.rank * group.rank_span}-"
+                          f"{p.rank} (" + (f"replica {p.rank // servers} node "
+                                           f"{p.rank % servers}, " if servers > 1 else "")
+                          + f"GPUs {p.rank * group.rank_span}-"
                           f"{(p.rank + 1) * group.rank_span - 1})" for p in procs)
         roles = "; ".join(sorted({",".join(p.selected_roles) for p in procs}))
         modes = ",".join(sorted({p.mode for p in procs}))

@@ -247,5 +247,6 @@ def run_manifest(plan: ProfilePlan, entries: List[ReportEntry],
         warnings=tuple(dict.fromkeys(warnings)), verl_release=plan.verl_release,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         verlprof_version=__version__, run_id=run_id,
-        served={g.name: ServedGroup(engine=g.engine, gpus_per_replica=g.rank_span)
+        served={g.name: ServedGroup(engine=g.engine, gpus_per_replica=g.replica_span,
+                                    servers_per_replica=g.servers_per_replica)
                 for g in plan.groups if g.served})

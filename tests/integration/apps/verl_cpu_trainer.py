@@ -241,7 +241,8 @@ def replicas_observed(replicas: Sequence[Any]) -> List[Dict[str, Any]]:
         servers = ray.get([s.recorded.remote() for s in replica.servers])
         for server in servers:  # generation at weights k belongs to step k + 1
             steps = [c["global_steps"] + 1 for c in server["calls"] if c["method"] == "generate"]
-            server["generate_per_step"] = [steps.count(step) for step in range(1, max(steps) + 1)]
+            server["generate_per_step"] = [steps.count(step)
+                                           for step in range(1, max(steps, default=0) + 1)]
         observed.append({"replica_rank": replica.replica_rank,
                          "mode": replica.rollout_mode.value, "worker_pids": pids,
                          "servers": servers})

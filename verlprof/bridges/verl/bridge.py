@@ -112,18 +112,22 @@ class Bridge:
         self.controller.register_group(group, [VerlActor(h) for h in handles])
         self._planned += [handles[p.rank] for p in self.plan.processes if p.group == group]
 
-    def register_replica(self, group: str, replica_rank: int, server: Any) -> None:
-        """A server of verl's replica ``replica_rank`` is up (node 0's): the replica group
-        registers once every replica the plan expects is (verl launches them together)."""
-        expected = next(g.world_size for g in self.plan.groups if g.name == group)
-        if replica_rank >= expected:
-            self.controller.note(f"verl launched {group} replica {replica_rank}, but the "
-                                 f"config predicted {expected} replica(s): not profiled")
+    def register_replica(self, group: str, replica_rank: int, servers: Sequence[Any]) -> None:
+        """The servers of verl's replica ``replica_rank`` are up, one per node: ranks
+        ``replica_rank * servers_per_replica + node`` of ``group``, which registers once every
+        replica the plan expects is (verl launches them together)."""
+        planned = next(g for g in self.plan.groups if g.name == group)
+        per = planned.servers_per_replica
+        expected = planned.world_size // per
+        if replica_rank >= expected or len(servers) != per:
+            self.controller.note(f"verl launched {group} replica {replica_rank} with "
+                                 f"{len(servers)} server(s), but the config predicted "
+                                 f"{expected} replica(s) of {per}: not profiled")
             return
-        servers = self._replicas.setdefault(group, {})
-        servers[replica_rank] = server
-        if len(servers) == expected:
-            self.register(group, [servers[r] for r in range(expected)])
+        launched = self._replicas.setdefault(group, {})
+        launched.update({replica_rank * per + node: s for node, s in enumerate(servers)})
+        if len(launched) == planned.world_size:
+            self.register(group, [launched[r] for r in range(planned.world_size)])
 
     def begin_step(self, step: int) -> None:
         """verl's ``_start_profiling``: enter ``controller.step(step)``."""

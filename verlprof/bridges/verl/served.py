@@ -11,10 +11,11 @@ module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
   it names directly (a module global) is replaced, for good, by a :class:`LaunchingClass`.
   While a bridged launch runs, the replica's ``server_class`` is one too, and the launch's
   :class:`ServerLauncher` is in the task's context (a ``ContextVar``: verl launches its
-  replicas concurrently, each in a task of its own, and a direct class is shared by all): the
-  server of node 0 of a planned replica runs under the plan's launch argv (nsys), every server
-  gets the environment that loads the bridge, and once the server exists it is registered
-  with the controller as rank ``replica_rank`` of the plan's replica group. The controller
+  replicas concurrently, each in a task of its own, and a direct class is shared by all): each
+  server of a planned replica runs under the plan's launch argv (nsys), every server
+  gets the environment that loads the bridge, and once the servers exist they are registered
+  with the controller as the ranks of the plan's replica group (one per server: a replica
+  wider than a node has one server per node). The controller
   then opens and closes its windows at the step boundaries, like a training rank's.
 * server side, :func:`~verlprof.bridges.verl.worker_side.route_generation`: in a configured
   server process, the server class's
@@ -48,19 +49,22 @@ def replica_group(replica: Any, plan: Any = None) -> str:
 
 
 class ServerLauncher:
-    """The options of the servers one replica launches: the first server (node 0) of a planned
-    replica is wrapped as the plan says; every one loads the bridge."""
+    """The options of the servers one replica launches, one per node in order: each is rank
+    ``replica_rank * servers_per_replica + node`` of the plan's group, wrapped as the plan
+    says; every one loads the bridge."""
 
     def __init__(self, plan: Any, group: Optional[str], replica_rank: int):
-        self.plan, self.group, self.replica_rank = plan, group, replica_rank
+        self.plan, self.group = plan, group
+        self.servers = next((g.servers_per_replica for g in plan.groups if g.name == group), 1)
+        self.first_rank = replica_rank * self.servers
         self.launched = 0
 
     def options(self, options: Dict[str, Any]) -> Dict[str, Any]:
         runtime_env = dict(options.get("runtime_env") or {})
         env_vars = bridge_env(runtime_env.get("env_vars"))
-        if self.group is not None and self.launched == 0:
-            runtime_env = worker_runtime_env(self.plan, self.group, self.replica_rank,
-                                             runtime_env)
+        if self.group is not None and self.launched < self.servers:
+            runtime_env = worker_runtime_env(self.plan, self.group,
+                                             self.first_rank + self.launched, runtime_env)
             env_vars.update(runtime_env.get("env_vars") or {})
         runtime_env["env_vars"] = env_vars
         self.launched += 1
@@ -123,7 +127,7 @@ def _wrap_launch(launch: Callable) -> Callable:
             if server_class is not None:
                 self.server_class = server_class
         if group is not None and self.servers:
-            bridge.register_replica(group, int(self.replica_rank), self.servers[0])
+            bridge.register_replica(group, int(self.replica_rank), self.servers)
         if bridge.engines is not None and replica_group(self) == bridge.engines.route.group:
             bridge.engines.add(int(self.replica_rank), self)
         return result
