@@ -1,5 +1,7 @@
 """Two Ray nodes (ray.cluster_utils.Cluster), no shared staging assumed: reports written on the
-second node reach the controller's output_dir over Ray, and the manifest is complete."""
+second node reach the controller's output_dir over Ray, and the manifest is complete; so do the
+traces verl's engine writes on the node of a rollout replica (the second node holds the one
+logical GPU, so verl's replica lands there, the bridge's driver on the head node)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def two_nodes(tmp_path_factory):
 
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {"head_node": 100}, "include_dashboard": False})
-    cluster.add_node(num_cpus=1, resources={"second_node": 100})
+    cluster.add_node(num_cpus=2, num_gpus=1, resources={"second_node": 100})
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     yield cluster
     ray.shutdown()
@@ -61,3 +63,34 @@ def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
     for rank in (0, 1):
         staging = os.path.join(out, ".raw", "critic", f"rank{rank}")
         assert not [f for f in os.listdir(staging) if f.endswith(".nsys-rep")]
+
+
+def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp_path):
+    """verl's LLMServerManager with a standalone stand-in replica on the second node, verl's own
+    engine profiling on (torch, a token window) and the bridge attached in a driver on the head
+    node: each step's engine trace, written on the replica's node, is copied over Ray into
+    the output directory, listed as verl's with that node, and deleted there."""
+    import ray
+
+    from tests.helpers import require_verl
+
+    require_verl()
+    from tests.integration.apps.verl_cpu_rollout import run_generation
+    from tests.integration.test_verl_fit_cpu import (
+        BRIDGED,
+        ENGINE_KEYS,
+        SPAWN_ENGINE,
+        _assert_engine_trace_gathered,
+    )
+
+    profiler = [o.replace("global_profiler.tool=nsys", "global_profiler.tool=torch")
+                for o in BRIDGED]
+    result = run_generation("standalone", [*profiler, SPAWN_ENGINE, *ENGINE_KEYS],
+                            str(tmp_path), bridged=True, resources={"head_node": 1})
+    manifest = result["manifest"]
+    _assert_engine_trace_gathered(result, manifest, tmp_path, steps=(1, 2))
+    second = next(n["NodeID"] for n in ray.nodes() if "second_node" in n["Resources"])
+    engine = [e for e in manifest["reports"] if e.get("origin") == "verl"]
+    assert {(e["node_id"], e["transfer"]) for e in engine} == {(second, "ray")}
+    assert manifest["controller"]["node_id"] != second
+    assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written

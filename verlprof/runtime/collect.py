@@ -136,6 +136,11 @@ def _node_reader(node: str, directory: str, relpath: str) -> Callable[[int], byt
     return read
 
 
+def fetch_from_node(node: str, directory: str, relpath: str, target: str) -> None:
+    """Copy ``relpath`` below ``directory`` on Ray node ``node`` to ``target`` on this one."""
+    _fetch_over_ray(_node_reader(node, directory, relpath), target)
+
+
 def _fetch_over_ray(read: Callable[[int], bytes], target: str) -> None:
     """Copy a file from another node, chunk by chunk (``read(offset)``), then rename it."""
     partial = target + paths.PART_SUFFIX
@@ -207,7 +212,7 @@ def place_exit_output(entry: ReportEntry,
             dest = paths.inside(target, relpath)  # ValueError if it escapes
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             if remote:
-                _fetch_over_ray(_node_reader(entry.node_id, directory, relpath), dest)
+                fetch_from_node(entry.node_id, directory, relpath, dest)
             else:
                 shutil.move(paths.inside(directory, relpath), dest)
             size += os.path.getsize(dest)

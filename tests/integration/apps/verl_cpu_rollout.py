@@ -152,13 +152,14 @@ class CpuRolloutRunner:
 
 
 def run_generation(mode: Mode, overrides: Sequence[str], save_path: str,
-                   bridged: bool = False) -> Dict[str, Any]:
+                   bridged: bool = False, **runner_options: Any) -> Dict[str, Any]:
     """``STEPS`` generation phases with the actor rollout in ``mode``; the dict of ``run_fit``
     (``training_pids`` holds the colocated training process; empty for standalone). With
     ``bridged``, verlprof's bridge is attached in the driver and each step is a
-    ``controller.step``; the dict then holds the run's ``manifest``."""
+    ``controller.step``; the dict then holds the run's ``manifest``. ``runner_options``:
+    Ray's options of the driver's actor (``resources`` pins it to a node)."""
     os.makedirs(save_path, exist_ok=True)
-    runner = CpuRolloutRunner.remote()
+    runner = CpuRolloutRunner.options(**runner_options).remote()
     try:
         return ray.get(runner.run.remote(mode, list(overrides), save_path, bridged))
     finally:

@@ -159,7 +159,10 @@ class Bridge:
             if self.engines is not None:  # and what verl's engines wrote late
                 self.engines.gather(self.engines.step)
                 self.manifest = dataclasses.replace(
-                    self.manifest, reports=self.manifest.reports + tuple(self.engines.entries))
+                    self.manifest, reports=self.manifest.reports + tuple(self.engines.entries),
+                    warnings=self.manifest.warnings + tuple(self.engines.problems))
+                for problem in self.engines.problems:
+                    logger.warning("verlprof: %s", problem)
                 self.manifest = self.controller._write(self.manifest)  # as the run owns it
             why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"  # armed,
                                                    for p in self.plan.processes if p.windows])

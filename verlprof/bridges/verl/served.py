@@ -33,6 +33,7 @@ import functools
 from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
+from verlprof.bridges.verl.engine_route import node_of_actor
 from verlprof.bridges.verl.patching import MARK
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.launch import worker_runtime_env
@@ -129,7 +130,9 @@ def _wrap_launch(launch: Callable) -> Callable:
         if group is not None and self.servers:
             bridge.register_replica(group, int(self.replica_rank), self.servers)
         if bridge.engines is not None and replica_group(self) == bridge.engines.route.group:
-            bridge.engines.add(int(self.replica_rank), self)
+            node = await self.servers[0].__ray_call__.remote(node_of_actor) \
+                if self.servers else ""
+            bridge.engines.add(int(self.replica_rank), self, node)
         return result
 
     setattr(launch_servers, MARK, True)
