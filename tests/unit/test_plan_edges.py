@@ -244,3 +244,34 @@ def test_a_window_without_time_bounds_opens_and_closes_with_its_step():
 ])
 def test_the_engine_token_window_as_verlprof_plan_prints_it(tokens, said):
     assert tokens.describe() == said
+
+
+def test_a_plan_written_as_json_is_indented_and_reads_back_equal():
+    """``plan.json`` is for people too (two-space indent), and reads back as the same plan:
+    its tuples are tuples again (JSON has lists), every field checked strictly."""
+    import json
+
+    import dacite
+
+    from verlprof.plan.model import ProfilePlan
+
+    plan = dataclasses.replace(build_plan(config(actor=comp([0])), SERVED), built_from=None)
+    text = plan.to_json()
+    assert text.splitlines()[1].startswith('  "') and not text.splitlines()[1].startswith('   ')
+    again = ProfilePlan.from_dict(json.loads(text))
+    assert again == plan and isinstance(again.step_windows[0], tuple)
+    with pytest.raises(dacite.UnexpectedDataError):  # strict: an unknown key is refused
+        ProfilePlan.from_dict({**json.loads(text), "not_a_field": 1})
+
+
+def test_a_plan_equals_the_same_plan_built_from_other_inputs():
+    """The inputs a plan keeps to be rebuilt elsewhere are not compared: a config that
+    differs only where the plan does not look gives an equal plan. Its steps and reports are
+    what its windows and processes say."""
+    one = build_plan(config(actor=comp([0])), SERVED)
+    other = build_plan(config(actor=comp([0]), disabled_reason="never shown while active"),
+                       SERVED)
+    assert one.built_from != other.built_from and one == other
+    assert one == dataclasses.replace(one, built_from=None)
+    assert one.steps == (1, 2)
+    assert one.reports == tuple(r for p in one.processes for r in p.reports) and one.reports

@@ -153,10 +153,6 @@ class Backend:
         """One report as ranges (only when :attr:`has_reader`)."""
         raise NotImplementedError(f"no reader for {self.name} reports")
 
-    def is_cached(self, path: str) -> bool:
-        """True when reading ``path`` needs no conversion work (an up-to-date export)."""
-        return False
-
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
         """(label, what to run) pairs telling a user how to open one report."""
         return [("open", path)]

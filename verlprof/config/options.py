@@ -17,9 +17,6 @@ from verlprof.errors import ConfigError
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
-OUTPUT_KEYS = ("o", "output")
-"""Both spell nsys' output option; giving both is an error."""
-
 TIME_WINDOW_KEYS = ("delay", "duration", "y", "d")
 """nsys time-window options (seconds); must be non-negative numbers."""
 

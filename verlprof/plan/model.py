@@ -274,10 +274,6 @@ class ProfilePlan:
         index = self.step_windows.index(window) + 1
         return self.step_windows[index] if index < len(self.step_windows) else None
 
-    def window_ending_at(self, step: int) -> Optional[Tuple[int, ...]]:
-        """The step window that closes after ``step``, if any."""
-        return next((w for w in self.step_windows if w[-1] == step), None)
-
     @property
     def reports(self) -> Tuple[Report, ...]:
         """Every worker report expected, in plan order."""

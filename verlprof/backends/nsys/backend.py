@@ -3,7 +3,6 @@ per window (``repeat:N``); the controller may run under it too, bounded to the p
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from verlprof import paths
@@ -100,14 +99,6 @@ class NsysBackend(Backend):
         from verlprof.backends.nsys.read import read_nsys_report
 
         return read_nsys_report(path, index=index, timeout=timeout_s)
-
-    def is_cached(self, path: str) -> bool:
-        from verlprof.backends.nsys.cli import sqlite_path_for
-
-        try:
-            return os.path.getmtime(sqlite_path_for(path)) >= os.path.getmtime(path)
-        except OSError:
-            return False
 
     def open_hints(self, path: str) -> List[Tuple[str, str]]:
         quoted = shell_quote(path)

@@ -146,14 +146,6 @@ class ReportTimeBounds:
         """Session time ``t_ns`` → ns since the Unix epoch (``None`` when unknown)."""
         return None if self.utc_epoch_ns is None else self.utc_epoch_ns + t_ns
 
-    @property
-    def start_epoch_ns(self) -> Optional[int]:
-        return self.to_epoch_ns(self.start_ns)
-
-    @property
-    def end_epoch_ns(self) -> Optional[int]:
-        return self.to_epoch_ns(self.end_ns)
-
 
 _MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
                   4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device",
