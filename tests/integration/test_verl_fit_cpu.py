@@ -173,7 +173,8 @@ def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_clus
     assert processes[("global_pool", 0)]["pid"] == result["training_pids"]["global_pool"][0]
     assert all(p["under_profiler"] for p in processes.values())
     assert manifest["served"] == {"rollout_replicas": {"engine": "cpu_standin",
-                                                       "gpus_per_replica": 1}}
+                                                       "gpus_per_replica": 1,
+                                                       "servers_per_replica": 1}}
     for step in (1, 2):
         served = nvtx_names(str(tmp_path / entries[("rollout_replicas", 0, (step,))]["path"]))
         assert served == {"rollout/generate": BATCH * N}  # every request of its step
@@ -445,4 +446,5 @@ def test_bridged_teacher_replica_writes_its_generation_per_step(ray_cluster, tmp
     assert processes[("teacher_replicas", 1)]["under_profiler"]
     assert not (tmp_path / ".raw" / "teacher_replicas" / "rank0").exists()  # never profiled
     assert manifest["served"]["teacher_replicas"] == {"engine": "cpu_standin",
-                                                      "gpus_per_replica": 1}
+                                                      "gpus_per_replica": 1,
+                                                      "servers_per_replica": 1}

@@ -129,3 +129,17 @@ def test_the_gpu_script_plans_the_replica_it_documents():
     assert "rollout_replicas (vllm replicas of 1 GPU(s))" in proc.stdout
     assert "step0002/rollout_replicas/rank0/" in proc.stdout
     assert "step0003/global_pool/rank0/" in proc.stdout
+
+
+@pytest.mark.parametrize("relpath, name", [
+    ("vllm_rollout/vllm_pd_replica.py", "vLLMPDReplica"),
+    ("sglang_rollout/sglang_pd_replica.py", "SGLangPDReplica")])
+def test_pd_replicas_launch_prefill_then_decode_servers_through_server_class(relpath, name):
+    """What verlprof's plan of a PD replica relies on (docs/verl.md): its servers go through
+    ``self.server_class`` (the seam), the prefill's first, then the decode servers, and
+    ``servers`` lists them in that order (its ranks)."""
+    replica = _classes(relpath)[name]
+    assert _calls_server_class_options(replica)
+    launch = ast.unparse(_method(replica, "launch_servers"))
+    assert "self.servers = list(self._prefill_servers) + list(self._decode_servers)" in launch
+    assert launch.index("self._prefill_servers = [") < launch.index("self._decode_servers.append(")

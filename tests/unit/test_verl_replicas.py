@@ -92,7 +92,32 @@ def test_a_replica_wider_than_a_node_is_one_server_per_node(compose):
     render_plan(plan, console)
     text = console.export_text()
     assert "rollout_replicas (vllm replicas of 4 GPU(s), 2 servers each)" in text
-    assert "2 (replica 1 node 0, GPUs 4-5), 3 (replica 1 node 1, GPUs 6-7)" in text
+    assert "2 (replica 1 server 0, GPUs 4-5), 3 (replica 1 server 1, GPUs 6-7)" in text
+
+
+def test_a_pd_disaggregated_replica_is_its_prefill_server_then_its_decode_servers(compose):
+    """verl's PD replica (vLLMPDReplica, SGLangPDReplica): one prefill and ``decode_replicas``
+    decode servers of tensor parallel GPUs each, on one node; a GPU of the replica selects all
+    of them."""
+    pd = "actor_rollout_ref.rollout.disaggregation"
+    plan = compose("trainer.n_gpus_per_node=6", "actor_rollout_ref.rollout.n_gpus_per_node=6",
+                   "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                   f"{pd}.enabled=true", f"{pd}.decode_replicas=2",
+                   "actor_rollout_ref.actor.profiler.enable=true",
+                   "actor_rollout_ref.actor.profiler.ranks=[4]")
+    group = next(g for g in plan.groups if g.name == "rollout_replicas")
+    assert (group.world_size, group.rank_span, group.servers_per_replica) == (6, 1, 3)
+    assert _replicas(plan) == [3, 4, 5]  # GPU 4 is replica 1's: its prefill and 2 decodes
+    from verlprof.bridges.verl.launch import compose_verl_config
+    from verlprof.config.loader import config_from_dict
+
+    uneven = config_from_dict(OmegaConf.to_container(compose_verl_config([
+        *BASE, "trainer.n_gpus_per_node=6", f"{pd}.enabled=true",
+        f"{pd}.decode_tensor_model_parallel_size=1"]), resolve=True))
+    assert uneven.topology.group("rollout_replicas") is None
+    [said] = [w for w in uneven.warnings if "decode_tensor_model_parallel_size" in w]
+    assert said.startswith(f"{pd}.decode_tensor_model_parallel_size: 1 GPUs per decode server "
+                           "against the prefill's 2")
 
 
 def test_a_replica_that_does_not_split_over_its_nodes_is_one_line(compose):

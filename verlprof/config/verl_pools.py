@@ -129,7 +129,8 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
         rollout = _section(arr, "rollout")
         groups += _replicas(ROLLOUT_REPLICAS, "rollout", rollout, "actor_rollout_ref.rollout",
                             pool, "actor_rollout_ref.rollout.n_gpus_per_node",
-                            rollout.get("n_gpus_per_node", trainer.get("n_gpus_per_node", 8)))
+                            rollout.get("n_gpus_per_node", trainer.get("n_gpus_per_node", 8)),
+                            warn)
     if rm is not None and traits.rm_served:
         reward = _section(_section(raw, "reward"), "reward_model")
         groups += _replicas(REWARD_REPLICAS, "rm", _section(reward, "rollout"),
@@ -189,26 +190,55 @@ def teacher_group(key: str, groups: Tuple[str, ...] = ()) -> str:
 
 
 def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
-              pool: int, node_key: str, gpus_per_node: Any) -> List[GroupTopology]:
+              pool: int, node_key: str, gpus_per_node: Any,
+              warn: Callable[[str], None] = lambda message: None) -> List[GroupTopology]:
     """A served model's replicas as verl's ``LLMServerManager`` makes them: each spans tensor x
     data x pipeline parallel GPUs of its pool (none when one does not fit), with one server
     per node of ``gpus_per_node`` GPUs it spans (``node_key`` sets it)."""
     span = _span(rollout, prefix)
     engine = rollout.get("name")
     engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
+    disaggregated = _section(rollout, "disaggregation")
+    if name == ROLLOUT_REPLICAS and _flag(disaggregated, "enabled", f"{prefix}.disaggregation"):
+        servers = _pd_servers(disaggregated, f"{prefix}.disaggregation", rollout, warn)
+        if servers == 0:
+            return []
+        span *= servers  # one prefill server and its decode servers, on one node (verl's PD)
+    else:
+        if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) \
+                or gpus_per_node < 1:
+            raise ConfigError(node_key, f"must be a positive int, got {v.show(gpus_per_node)}")
+        per_node = min(gpus_per_node, span)  # verl's gpus_per_replica_node
+        if span % per_node:
+            raise ConfigError(node_key, f"{gpus_per_node} GPUs per node do not divide a "
+                                        f"replica's {span} GPUs ({prefix}: tensor x data x "
+                                        "pipeline parallel); verl asserts they do")
+        servers = span // per_node
     if pool // span < 1:
         return []
-    if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) \
-            or gpus_per_node < 1:
-        raise ConfigError(node_key, f"must be a positive int, got {v.show(gpus_per_node)}")
-    per_server = min(gpus_per_node, span)  # verl's gpus_per_replica_node
-    if span % per_server:
-        raise ConfigError(node_key, f"{gpus_per_node} GPUs per node do not divide a replica's "
-                                    f"{span} GPUs ({prefix}: tensor x data x pipeline "
-                                    "parallel); verl asserts they do")
-    servers = span // per_server
-    return [GroupTopology(name, (role,), pool // span * servers, rank_span=per_server,
+    return [GroupTopology(name, (role,), pool // span * servers, rank_span=span // servers,
                           engine=str(engine), servers_per_replica=servers)]
+
+
+def _pd_servers(block: Mapping[Any, Any], prefix: str, rollout: Mapping[Any, Any],
+                warn: Callable[[str], None]) -> int:
+    """Servers of one PD-disaggregated replica (verl's ``vLLMPDReplica`` / ``SGLangPDReplica``:
+    its prefill server, then each decode server, of tensor parallel GPUs each); 0 with a
+    warning when decode and prefill differ in GPUs (each rank of a group spans as many)."""
+    counts = []
+    for key in ("prefill_replicas", "decode_replicas"):
+        value = block.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {v.show(value)}")
+        counts.append(value)
+    prefill_tp = rollout.get("tensor_model_parallel_size", 1)
+    decode_tp = block.get("decode_tensor_model_parallel_size")
+    if decode_tp is not None and decode_tp != prefill_tp:
+        warn(f"{prefix}.decode_tensor_model_parallel_size: {v.show(decode_tp)} GPUs per decode "
+             f"server against the prefill's {prefill_tp}; verlprof plans the servers of a "
+             "replica with equal GPUs, so these PD replicas are not profiled")
+        return 0
+    return sum(counts)
 
 
 def _span(rollout: Mapping[Any, Any], prefix: str) -> int:

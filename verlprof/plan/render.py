@@ -128,7 +128,7 @@ def _ranks_table(plan: ProfilePlan) -> Table:
     for group in plan.groups:
         procs = [p for p in plan.processes if p.group == group.name]
         # a served model's ranks are its replicas' servers: say so, with their GPUs (global
-        # ranks), and which replica's node each is where a replica spans several
+        # ranks), and which replica's server each is where a replica has several
         servers = group.servers_per_replica
         name = (f"{group.name} ({group.engine} replicas of {group.replica_span} GPU(s)"
                 + (f", {servers} servers each" if servers > 1 else "") + ")"
@@ -137,7 +137,7 @@ def _ranks_table(plan: ProfilePlan) -> Table:
             table.add_row(_text(name), str(group.world_size), "-", "-", "-", "-")
             continue
         ranks = ", ".join(str(p.rank) if not group.served else
-                          f"{p.rank} (" + (f"replica {p.rank // servers} node "
+                          f"{p.rank} (" + (f"replica {p.rank // servers} server "
                                            f"{p.rank % servers}, " if servers > 1 else "")
                           + f"GPUs {p.rank * group.rank_span}-"
                           f"{(p.rank + 1) * group.rank_span - 1})" for p in procs)

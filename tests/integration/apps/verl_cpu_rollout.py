@@ -25,6 +25,7 @@ from typing import Any, Dict, Literal, Sequence
 import ray
 from verl.workers.rollout.llm_server import LLMServerManager
 
+from tests.integration.apps.verl_cpu_engine import CpuStandinReplica
 from tests.integration.apps.verl_cpu_trainer import (
     BATCH,
     ENGINE_MODULE,
@@ -36,8 +37,17 @@ from tests.integration.apps.verl_cpu_trainer import (
 Mode = Literal["standalone", "colocated"]
 
 
+class RecipeStandinReplica(CpuStandinReplica):
+    """The stand-in's replica as a recipe's own class: not in verl's registry (as verl's
+    PD-disaggregated classes are not), set through ``LLMServerManager``'s recipe hook
+    (``rollout_replica_class``, which ``__init__`` keeps when a subclass has it)."""
+
+
 class ColocatedLLMServerManager(LLMServerManager):
-    """Replicas colocated in ``resource_pool``, built as verl's served-model managers build them."""
+    """Replicas colocated in ``resource_pool``, built as verl's served-model managers build them,
+    of a replica class of its own (:class:`RecipeStandinReplica`)."""
+
+    rollout_replica_class = RecipeStandinReplica
 
     def __init__(self, config: Any, resource_pool: Any):
         self.colocated_pool = resource_pool

@@ -6,8 +6,8 @@ server actors with ``<actor class>.options(...).remote(...)``: vLLM, SGLang and 
 registered through ``RolloutReplicaRegistry`` name ``self.server_class``; TRT-LLM names its
 module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
 
-* driver side, :func:`patch_replicas`: every replica class handed out by
-  ``RolloutReplicaRegistry.get`` has its ``launch_servers`` wrapped, and each Ray actor class
+* driver side, :func:`patch_replicas`: every replica class verl makes a replica of has its
+  ``launch_servers`` wrapped, and each Ray actor class
   it names directly (a module global) is replaced, for good, by a :class:`LaunchingClass`.
   While a bridged launch runs, the replica's ``server_class`` is one too, and the launch's
   :class:`ServerLauncher` is in the task's context (a ``ContextVar``: verl launches its
@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.engine_route import node_of_actor
-from verlprof.bridges.verl.patching import MARK
+from verlprof.bridges.verl.patching import MARK, wrap_once
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.launch import worker_runtime_env
 from verlprof.runtime.rank_rpc import describe_error
@@ -107,7 +107,7 @@ def _wrap_launch(launch: Callable) -> Callable:
     @functools.wraps(launch)
     async def launch_servers(self: Any, *args: Any, **kwargs: Any) -> Any:
         bridge = active_bridge()
-        if bridge is None:
+        if bridge is None or _LAUNCHING.get() is not None:  # a subclass's calling its base's
             return await launch(self, *args, **kwargs)
         group: Optional[str] = replica_group(self, bridge.plan)
         if group is not None and all(g.name != group for g in bridge.plan.groups):
@@ -156,29 +156,29 @@ def _wrap_stop_profile(stop: Callable) -> Callable:
 
 
 def patch_replicas() -> bool:
-    """Wrap ``launch_servers`` of every replica class verl's registry hands out (idempotent);
-    False when verl has no replica registry (before 0.7)."""
+    """Wrap ``launch_servers`` and ``stop_profile`` of every replica class verl makes a
+    replica of, on its first replica (idempotent); False before verl 0.7 (no replicas).
+
+    The seam is ``RolloutReplica.__init__``, which every replica class calls: verl's registry
+    hands out most classes, but ``get_rollout_replica_class`` imports its PD-disaggregated
+    ones directly, and a recipe may set ``LLMServerManager.rollout_replica_class`` itself."""
     try:
-        from verl.workers.rollout.replica import RolloutReplicaRegistry
+        from verl.workers.rollout.replica import RolloutReplica
     except ImportError:
         return False
-    get = RolloutReplicaRegistry.__dict__["get"]
-    if getattr(get.__func__, MARK, False):
-        return True
-    original = get.__func__
 
-    @functools.wraps(original)
-    def get_replica_class(cls: Any, name: str) -> Any:
-        replica_class = original(cls, name)
-        launch = replica_class.launch_servers
-        if not getattr(launch, MARK, False):
-            _direct_server_classes(launch)
-            replica_class.launch_servers = _wrap_launch(launch)
-        stop = getattr(replica_class, "stop_profile", None)
-        if stop is not None and not getattr(stop, MARK, False):
-            replica_class.stop_profile = _wrap_stop_profile(stop)
-        return replica_class
+    def make(init: Callable) -> Callable:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            replica_class = type(self)
+            if not getattr(replica_class.launch_servers, MARK, False):
+                _direct_server_classes(replica_class.launch_servers)
+                replica_class.launch_servers = _wrap_launch(replica_class.launch_servers)
+            stop = getattr(replica_class, "stop_profile", None)
+            if stop is not None and not getattr(stop, MARK, False):
+                replica_class.stop_profile = _wrap_stop_profile(stop)
 
-    setattr(get_replica_class, MARK, True)
-    RolloutReplicaRegistry.get = classmethod(get_replica_class)
+        return __init__
+
+    wrap_once(RolloutReplica, "__init__", make)
     return True
