@@ -180,10 +180,13 @@ def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_clus
         assert served == {"rollout/generate": BATCH * N}  # every request of its step
         trained = nvtx_names(str(tmp_path / entries[("global_pool", 0, (step,))]["path"]))
         assert {"actor/compute_log_prob", "actor/update_actor"} <= set(trained)
+        # what the rollout does in a training process of verl 0.7+: the step's weight sync
+        assert trained["rollout/update_weights"] == 1, trained
     summary = summarize(str(tmp_path), console=Console(quiet=True), picture=False)
     phases = {(r.group, r.rank, r.role, r.phase) for r in summary.rows}
     assert ("rollout_replicas", 0, "rollout", "generate") in phases
     assert ("global_pool", 0, "actor", "update_actor") in phases
+    assert ("global_pool", 0, "rollout", "update_weights") in phases
 
 
 @pytest.mark.parametrize("mode,tool", [("standalone", "torch"), ("colocated", "nsys")])

@@ -117,6 +117,54 @@ class ReplicaServer:
         return [t + 1 for t in prompt_ids], request_id, kwargs
 
 
+def test_a_hybrid_training_process_ranges_its_weight_sync_once_configured():
+    """verl 0.7+ runs no generation in a training process of a hybrid replica: what the
+    rollout does there is ``update_weights`` (the weights handed to the engine). Configuring
+    such a process (its plan's roles hold rollout) reroutes it, in the fused worker's role
+    workers too, through verl's own ``@register``; it records ``rollout/update_weights`` in a
+    live window only."""
+    from verl.single_controller.base.decorator import Dispatch, register
+
+    from verlprof.bridges.verl import worker_side
+
+    class TrainingWorker:  # as verl's ActorRolloutRefWorker writes it
+        synced = 0
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+        async def update_weights(self, global_steps=None, mode="auto"):
+            await asyncio.sleep(0)
+            type(self).synced += 1  # (naming the class would be a closure: not verl's)
+            return global_steps
+
+    class Fused:  # verl's fused WorkerDict: its roles' workers by key
+        def __init__(self):
+            self.worker_dict = {"actor_rollout": TrainingWorker()}
+
+    ranges = []
+
+    class Capture:
+        @contextlib.contextmanager
+        def phase(self, label):
+            ranges.append(label)
+            yield
+
+    class Session:
+        capture = Capture()
+
+    assert worker_side.route_weight_sync(Fused()) == [
+        f"{TrainingWorker.__qualname__}.update_weights"]
+    assert worker_side.route_weight_sync(Fused()) == []  # once
+    worker = TrainingWorker()
+    assert asyncio.run(worker.update_weights(3)) == 3 and ranges == []  # no session
+    host = worker_side.host()
+    host._verlprof_session, host._verlprof_active = Session(), True
+    try:
+        assert asyncio.run(worker.update_weights(global_steps=4)) == 4
+        assert ranges == ["rollout/update_weights"] and TrainingWorker.synced == 2
+    finally:
+        host._verlprof_session, host._verlprof_active = None, False
+
+
 def test_a_replica_servers_generate_is_ranged_only_in_a_live_window():
     """The server class wrapped as Ray wraps actor methods (functools.wraps): its generate is
     rerouted in place (Ray keeps the function objects) and records ``rollout/generate`` while

@@ -23,7 +23,9 @@ module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
   range ``<role>/generate`` while a window is open, so that ``verlprof report`` counts
   generation per replica and step. Ray keeps the function objects of an actor class from the
   moment it loaded it, so the method is rerouted by giving that function a new ``__code__``
-  (a trampoline into ``worker_side._generate_in_window``), in the configured process only.
+  (a trampoline into ``worker_side._in_window``), in the configured process only; a
+  training process of a hybrid replica has its ``update_weights`` rerouted the same way
+  (``rollout/update_weights``).
 """
 
 from __future__ import annotations

@@ -154,29 +154,48 @@ def remote_call(actor: Any, method: str, *args: Any) -> Any:
     plan = args[0] if method == "verlprof_configure" and args else None
     if plan is not None and plan.group.startswith(SERVED_GROUPS):
         route_generation(type(actor), plan.roles[0])  # a server: requests become ranges
+    elif plan is not None and "rollout" in plan.roles:  # a training process of a replica
+        route_weight_sync(actor)
     return reply
 
 
-# -- a replica's server: its requests become ranges in its windows --------------------------
+# -- verl's coroutine methods that no annotation marks become ranges in this process's windows
 
 GENERATE = "generate"
 """The server method verl's ``LLMServerClient`` calls for each request (vLLM, SGLang, ...)."""
+WEIGHT_SYNC = "update_weights"
+"""The training worker's method that hands its weights to the rollout's engine (verl 0.7+:
+``CheckpointEngineManager.update_weights`` calls it in every step's ``update_weights``)."""
 
 _ORIGINALS: Dict[str, Tuple[Callable, str]] = {}
-"""Qualified name of each rerouted method → (a copy of verl's function, the plan role)."""
-_ROUTE = "__verlprof_generate_in_window__"
+"""Qualified name of each rerouted method → (a copy of verl's function, its range's name)."""
+_ROUTE = "__verlprof_in_window__"
 
 
-async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its __code__ replaces generate's
-    return await __verlprof_generate_in_window__(args, kwargs)  # type: ignore[name-defined]  # noqa: F821
+async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its __code__ replaces verl's
+    return await __verlprof_in_window__(args, kwargs)  # type: ignore[name-defined]  # noqa: F821
 
 
 def route_generation(server_class: type, role: str) -> List[str]:
-    """Reroute ``server_class.generate`` (a coroutine function without closure) through
-    :func:`_generate_in_window` in this process; returns what was rerouted."""
-    # the function verl wrote: Ray's actor classes wrap each method (functools.wraps) in a
-    # closure that calls it, so the one to reroute is the innermost
-    function = inspect.unwrap(inspect.getattr_static(server_class, GENERATE, None) or
+    """A replica's server: each request (``generate``) is the range ``<role>/generate``."""
+    return route_method(server_class, GENERATE, f"{role}/{GENERATE}")
+
+
+def route_weight_sync(actor: Any) -> List[str]:
+    """A training process of a hybrid replica: the weights it hands to the rollout's engine
+    (``update_weights``, of its fused roles' workers too) are the range
+    ``rollout/update_weights`` (in verl 0.7+ no generation runs in this process)."""
+    owners = [actor, *(getattr(actor, "worker_dict", None) or {}).values()]
+    return [key for owner in owners
+            for key in route_method(type(owner), WEIGHT_SYNC, f"rollout/{WEIGHT_SYNC}")]
+
+
+def route_method(owner_class: type, method: str, range_name: str) -> List[str]:
+    """Reroute ``owner_class.<method>`` (a coroutine function without closure) through
+    :func:`_in_window` in this process; returns what was rerouted."""
+    # the function verl wrote: Ray's actor classes and verl's @register wrap each method
+    # (functools.wraps) in a closure that calls it, so the one to reroute is the innermost
+    function = inspect.unwrap(inspect.getattr_static(owner_class, method, None) or
                               (lambda: None))
     if not inspect.iscoroutinefunction(function) or function.__closure__ \
             or getattr(function, MARK, False):
@@ -185,8 +204,8 @@ def route_generation(server_class: type, role: str) -> List[str]:
     copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
                               function.__defaults__, function.__closure__)
     copy.__kwdefaults__ = function.__kwdefaults__
-    _ORIGINALS[key] = (copy, role)
-    function.__globals__.setdefault(_ROUTE, _generate_in_window)
+    _ORIGINALS[key] = (copy, range_name)
+    function.__globals__.setdefault(_ROUTE, _in_window)
     # the trampoline's code names the method (co_name: tracebacks read well, and the route
     # finds verl's function by it: Python 3.9's code objects have no qualified name)
     function.__code__ = _trampoline.__code__.replace(co_name=key)
@@ -194,15 +213,15 @@ def route_generation(server_class: type, role: str) -> List[str]:
     return [key]
 
 
-async def _generate_in_window(args: tuple, kwargs: dict) -> Any:
-    """A rerouted ``generate``: the range ``<role>/generate`` around it while a window of this
-    process is open; verl's function as it is otherwise."""
-    original, role = _ORIGINALS[sys._getframe(1).f_code.co_name]
+async def _in_window(args: tuple, kwargs: dict) -> Any:
+    """A rerouted method: its range around it while a window of this process is open; verl's
+    function as it is otherwise."""
+    original, range_name = _ORIGINALS[sys._getframe(1).f_code.co_name]
     process = host()
     session = process._verlprof_session
     if session is None or not process._verlprof_active:
         return await original(*args, **kwargs)
-    with session.capture.phase(f"{role}/{GENERATE}"):
+    with session.capture.phase(range_name):
         return await original(*args, **kwargs)
 
 
