@@ -261,6 +261,44 @@ def test_a_replica_over_two_nodes_runs_each_server_under_nsys(ray_cluster, tmp_p
         assert ranges == ({"rollout/generate": BATCH * N} if rank == 0 else {}), (rank, ranges)
 
 
+def test_a_replica_that_dies_with_its_window_open_loses_no_other_report(ray_cluster, tmp_path):
+    """Two standalone replicas, both under nsys; replica 1's server is killed in step 2 after
+    generating, its window open. Replica 0's reports of both steps are complete; replica 1's
+    are marked with why, the manifest naming the replica, and what nsys wrote of them is kept
+    for a post-mortem where the reason says (as for a training rank that dies)."""
+    from tests.helpers import require_nsys
+    from tests.integration.apps.verl_cpu_rollout import run_generation
+    from tests.integration.runtime_helpers import nvtx_names
+
+    require_nsys()
+    selection = [o.replace("actor.profiler.ranks=[0]", "actor.profiler.all_ranks=true")
+                 for o in BRIDGED]
+    result = run_generation("standalone", [
+        *selection, "actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.rollout.n_gpus_per_node=2"], str(tmp_path), bridged=True,
+        kill=(2, 1))
+    assert result["global_steps"] == 2
+    manifest = result["manifest"]
+    entries = {(e["rank"], e["steps"]): e for e in manifest["reports"]
+               if e["group"] == "rollout_replicas"}
+    assert sorted(entries) == [(0, (1,)), (0, (2,)), (1, (1,)), (1, (2,))], manifest["reports"]
+    [served] = [s for r in result["replicas"] for s in r["servers"]]  # replica 0's only
+    for step in (1, 2):
+        kept = entries[(0, (step,))]
+        assert kept["status"] == "ok", kept
+        share = served["generate_per_step"][step - 1]  # its share of the step's requests
+        assert nvtx_names(str(tmp_path / kept["path"])) == (
+            {"rollout/generate": share} if share else {})
+        died = entries[(1, (step,))]
+        assert died["status"] == "missing" and died["pid"] == result["killed"]["pid"]
+        assert died["reason"].startswith("worker process died") and \
+            "uncollected file(s) left in .raw/rollout_replicas/rank1" in died["reason"], died
+    assert list((tmp_path / ".raw" / "rollout_replicas" / "rank1").glob(
+        f"*_{result['killed']['pid']}.*nsys-rep"))
+    assert [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 1: ")]
+    assert not [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 0")]
+
+
 def test_on_demand_capture_of_a_running_bridged_fit(ray_cluster, tmp_path):
     """verl's ``global_profiler.steps`` empty and on-demand capture on: while verl's real fit
     runs (held before step 1's boundary), ``verlprof capture --wait`` from another process asks

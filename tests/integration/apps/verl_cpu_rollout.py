@@ -74,7 +74,7 @@ class ColocatedLLMServerManager(LLMServerManager):
 @ray.remote(num_cpus=0)
 class CpuRolloutRunner:
     def run(self, mode: Mode, overrides: Sequence[str], save_path: str,
-            bridged: bool = False) -> Dict[str, Any]:
+            bridged: bool = False, kill: Any = None) -> Dict[str, Any]:
         import importlib
 
         import numpy as np
@@ -141,14 +141,23 @@ class CpuRolloutRunner:
                 bridge.begin_step(step)
             agent_loop.generate_sequences(batch)
             checkpoint.sleep_replicas()
+            steps = step
+            if kill is not None and kill[0] == step:  # the replica's server dies, its window open
+                replica = replicas[kill[1]]
+                killed = ray.get(replica.servers[0].recorded.remote())
+                ray.kill(replica.servers[0])
+                replicas = [r for r in replicas if r is not replica]
             if bridge is not None:
                 bridge.end_step(step)
+            if kill is not None and kill[0] == step:
+                break
             if step in profiled:
                 manager.stop_profile()
             checkpoint.wake_up_replicas()
-            steps = step
         observed = {"global_steps": steps, "training_pids": training_pids,
                     "replicas": replicas_observed(replicas)}
+        if kill is not None:
+            observed["killed"] = killed
         if bridge is not None:
             observed["manifest"] = bridge.finish().to_dict()
         for replica in replicas:
@@ -162,15 +171,19 @@ class CpuRolloutRunner:
 
 
 def run_generation(mode: Mode, overrides: Sequence[str], save_path: str,
-                   bridged: bool = False, **runner_options: Any) -> Dict[str, Any]:
+                   bridged: bool = False, kill: Any = None,
+                   **runner_options: Any) -> Dict[str, Any]:
     """``STEPS`` generation phases with the actor rollout in ``mode``; the dict of ``run_fit``
     (``training_pids`` holds the colocated training process; empty for standalone). With
     ``bridged``, verlprof's bridge is attached in the driver and each step is a
-    ``controller.step``; the dict then holds the run's ``manifest``. ``runner_options``:
+    ``controller.step``; the dict then holds the run's ``manifest``. ``kill``: (step, replica)
+    ends that replica's server with ``ray.kill`` after the step's generation, before the step
+    ends (its window open), and the run stops there (``killed``: what it recorded first).
+    ``runner_options``:
     Ray's options of the driver's actor (``resources`` pins it to a node)."""
     os.makedirs(save_path, exist_ok=True)
     runner = CpuRolloutRunner.options(**runner_options).remote()
     try:
-        return ray.get(runner.run.remote(mode, list(overrides), save_path, bridged))
+        return ray.get(runner.run.remote(mode, list(overrides), save_path, bridged, kill))
     finally:
         ray.kill(runner)
