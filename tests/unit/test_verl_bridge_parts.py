@@ -117,6 +117,20 @@ class ReplicaServer:
         return [t + 1 for t in prompt_ids], request_id, kwargs
 
 
+def _recording_session(ranges):
+    """A session class whose capture records each phase's label in ``ranges``."""
+    class Capture:
+        @contextlib.contextmanager
+        def phase(self, label):
+            ranges.append(label)
+            yield
+
+    class Session:
+        capture = Capture()
+
+    return Session
+
+
 def test_a_hybrid_training_process_ranges_its_weight_sync_once_configured():
     """verl 0.7+ runs no generation in a training process of a hybrid replica: what the
     rollout does there is ``update_weights`` (the weights handed to the engine). Configuring
@@ -141,15 +155,7 @@ def test_a_hybrid_training_process_ranges_its_weight_sync_once_configured():
             self.worker_dict = {"actor_rollout": TrainingWorker()}
 
     ranges = []
-
-    class Capture:
-        @contextlib.contextmanager
-        def phase(self, label):
-            ranges.append(label)
-            yield
-
-    class Session:
-        capture = Capture()
+    Session = _recording_session(ranges)
 
     assert worker_side.route_weight_sync(Fused()) == [
         f"{TrainingWorker.__qualname__}.update_weights"]
@@ -179,15 +185,7 @@ def test_a_replica_servers_generate_is_ranged_only_in_a_live_window():
 
     ReplicaServer.generate = traced
     ranges = []
-
-    class Capture:
-        @contextlib.contextmanager
-        def phase(self, label):
-            ranges.append(label)
-            yield
-
-    class Session:
-        capture = Capture()
+    Session = _recording_session(ranges)
 
     assert worker_side.route_generation(ReplicaServer, "rollout") == ["ReplicaServer.generate"]
     assert worker_side.route_generation(ReplicaServer, "rollout") == []  # once
