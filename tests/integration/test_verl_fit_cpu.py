@@ -294,7 +294,7 @@ def test_a_replica_that_dies_with_its_window_open_loses_no_other_report(ray_clus
         assert died["reason"].startswith("worker process died") and \
             "uncollected file(s) left in .raw/rollout_replicas/rank1" in died["reason"], died
     assert list((tmp_path / ".raw" / "rollout_replicas" / "rank1").glob(
-        f"*_{result['killed']['pid']}.*nsys-rep"))
+        f"rollout_replicas_rank1_{result['killed']['pid']}*"))  # kept where the reason says
     assert [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 1: ")]
     assert not [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 0")]
 

@@ -346,13 +346,15 @@ class ProfileController:
                 f"({free_space(self.plan.output_dir)})") from None
         return manifest
 
-    def wait_for_profilers(self, timeout_s: float = 120.0) -> List[str]:
+    def wait_for_profilers(self, timeout_s: float = 120.0,
+                           only: Optional[Set[Target]] = None) -> List[str]:
         """Call after the workers exited, before ``ray.shutdown()``: waits until each wrapped
-        process's profiler has ended (runtime/teardown.py), gathers what a tool wrote at exit
-        (rocprof-sys) into the manifest (:meth:`finalize` then returns it); problems, one each."""
+        process's profiler has ended (runtime/teardown.py; ``only``: those of these targets),
+        gathers what a tool wrote at exit (rocprof-sys) into the manifest (:meth:`finalize`
+        then returns it); problems, one each."""
         by_node: Dict[str, List[int]] = {}
-        for identity in self._identity.values():
-            if identity.profiler_pid:
+        for target, identity in self._identity.items():
+            if identity.profiler_pid and (only is None or target in only):
                 by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
         settled = settle_on_nodes(by_node, timeout_s, self.plan.output_dir)
         if settled.ended_agents:  # housekeeping after nsys, not a problem of the run

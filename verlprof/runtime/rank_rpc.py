@@ -35,6 +35,10 @@ class RankRPC(Protocol):
         ...
 
 
+DIED = "worker process died"
+"""How :func:`describe_error` begins for a process that is gone."""
+
+
 def describe_error(err: BaseException) -> str:
     """One short line for an RPC failure (Ray's messages run over many lines)."""
     from ray.exceptions import RayActorError, RayTaskError
@@ -44,7 +48,7 @@ def describe_error(err: BaseException) -> str:
         kind = re.search(r"Worker exit type: (\w+)", text)
         detail = re.search(r"Worker exit detail: (.*?\.)(?:\s|$)", text)
         extra = ", ".join(x for x in (kind and kind.group(1), detail and detail.group(1)) if x)
-        return _clip(f"worker process died ({type(err).__name__}{': ' + extra if extra else ''})")
+        return _clip(f"{DIED} ({type(err).__name__}{': ' + extra if extra else ''})")
     if isinstance(err, RayTaskError) and getattr(err, "cause", None) is not None:
         err = err.cause
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]

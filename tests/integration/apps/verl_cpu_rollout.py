@@ -123,6 +123,7 @@ class CpuRolloutRunner:
                                     model.processor, is_train=True)
         profiled = set(config.global_profiler.steps or [])
         steps = 0
+        observed_replicas = replicas  # all but a killed one; every one's resources freed
         for step, batch_dict in enumerate(DataLoader(dataset, batch_size=BATCH,
                                                      collate_fn=collate_fn), start=1):
             if step > STEPS:
@@ -146,7 +147,7 @@ class CpuRolloutRunner:
                 replica = replicas[kill[1]]
                 killed = ray.get(replica.servers[0].recorded.remote())
                 ray.kill(replica.servers[0])
-                replicas = [r for r in replicas if r is not replica]
+                observed_replicas = [r for r in replicas if r is not replica]
             if bridge is not None:
                 bridge.end_step(step)
             if kill is not None and kill[0] == step:
@@ -155,7 +156,7 @@ class CpuRolloutRunner:
                 manager.stop_profile()
             checkpoint.wake_up_replicas()
         observed = {"global_steps": steps, "training_pids": training_pids,
-                    "replicas": replicas_observed(replicas)}
+                    "replicas": replicas_observed(observed_replicas)}
         if kill is not None:
             observed["killed"] = killed
         if bridge is not None:

@@ -39,6 +39,7 @@ from verlprof.config.topology import GroupTopology, Topology
 from verlprof.manifest import Manifest
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.runtime.controller import ProfileController
+from verlprof.runtime.rank_rpc import DIED
 
 logger = logging.getLogger("verlprof")
 EXIT_TIMEOUT_S = 120.0
@@ -156,6 +157,11 @@ class Bridge:
             self.manifest = self.controller.finalize()
             if get_backend(self.plan.tool).output_at_exit and self._planned:
                 self.manifest = self._collect_at_exit()
+            dead = {t for t, why in self.controller.failed_ranks.items() if DIED in why}
+            if dead and not get_backend(self.plan.tool).output_at_exit:
+                # a dead process's nsys may leave its agent behind; the others live on
+                for problem in self.controller.wait_for_profilers(EXIT_TIMEOUT_S, only=dead):
+                    logger.warning("verlprof: %s", problem)
             if self.engines is not None:  # and what verl's engines wrote late
                 self.engines.gather(self.engines.step)
                 self.manifest = dataclasses.replace(
