@@ -253,3 +253,19 @@ def test_a_teacher_block_without_target_is_one_warning():
     assert f"{TEACHER}.profiler has no _target_: verl's rollout servers read it as a plain " \
            f"dict and fail; add {TEACHER}.profiler._target_=verl.utils.profiler.ProfilerConfig" \
         in loaded.warnings
+
+
+def test_a_teacher_selection_with_distillation_off_is_one_warning():
+    """No teacher runs while ``distillation.enabled`` is not true: a selection in a teacher's
+    block then selects nothing, and says so instead of nothing."""
+    from verlprof.bridges.verl.launch import compose_verl_config
+    from verlprof.config.build import config_from_dict
+
+    config = compose_verl_config([*BASE, f"+{TEACHER}.profiler.ranks=[0]"])
+    loaded = config_from_dict(OmegaConf.to_container(config, resolve=True), env={})
+    assert loaded.topology.group("teacher_replicas") is None
+    assert f"{TEACHER}.profiler: distillation.enabled is not true, so no teacher runs and " \
+           "this block selects nothing" in loaded.warnings
+    quiet = compose_verl_config([*BASE])
+    assert not [w for w in config_from_dict(OmegaConf.to_container(quiet, resolve=True),
+                                            env={}).warnings if "teacher" in w]
