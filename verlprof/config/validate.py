@@ -54,6 +54,15 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def positive_int(value: Any, key: str, when: str = "") -> int:
+    """``value`` when it is an int of at least 1, else one line naming ``key`` (``when``: the
+    setting that asks for it, said in the line)."""
+    if not is_int(value) or value < 1:
+        raise ConfigError(key, f"must be a positive int{' when ' + when if when else ''}, got "
+                               f"{show(value)}")
+    return value
+
+
 def mapping(value: Any, key: str) -> Dict[Any, Any]:
     """A mapping as a dict; ``null`` is an empty one."""
     if value is None:

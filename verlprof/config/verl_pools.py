@@ -164,14 +164,12 @@ def teachers(raw: Mapping[Any, Any]) -> List[Teacher]:
         if len(entries) == 1:
             out.append(Teacher(TEACHER_REPLICAS, f"{prefix}.inference", inference, size))
             continue
-        key, count = model.get("key"), model.get("num_replicas")
+        key = model.get("key")
         if not isinstance(key, str) or not key:
             raise ConfigError(f"{prefix}.key", f"must name the teacher when there are several "
                                                f"(verl routes by it), got {v.show(key)}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"{prefix}.num_replicas", f"must be a positive int when there "
-                                                        f"are several teachers, got "
-                                                        f"{v.show(count)}")
+        count = v.positive_int(model.get("num_replicas"), f"{prefix}.num_replicas",
+                               "there are several teachers")
         group = teacher_group(key)
         if any(t.group == group for t in out):
             raise ConfigError(f"{prefix}.key", f"{key!r} names the same servers as another "
@@ -205,10 +203,7 @@ def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
             return []
         span *= servers  # one prefill server and its decode servers, on one node (verl's PD)
     else:
-        if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) \
-                or gpus_per_node < 1:
-            raise ConfigError(node_key, f"must be a positive int, got {v.show(gpus_per_node)}")
-        per_node = min(gpus_per_node, span)  # verl's gpus_per_replica_node
+        per_node = min(v.positive_int(gpus_per_node, node_key), span)  # gpus_per_replica_node
         if span % per_node:
             raise ConfigError(node_key, f"{gpus_per_node} GPUs per node do not divide a "
                                         f"replica's {span} GPUs ({prefix}: tensor x data x "
@@ -225,12 +220,8 @@ def _pd_servers(block: Mapping[Any, Any], prefix: str, rollout: Mapping[Any, Any
     """Servers of one PD-disaggregated replica (verl's ``vLLMPDReplica`` / ``SGLangPDReplica``:
     its prefill server, then each decode server, of tensor parallel GPUs each); 0 with a
     warning when decode and prefill differ in GPUs (each rank of a group spans as many)."""
-    counts = []
-    for key in ("prefill_replicas", "decode_replicas"):
-        value = block.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {v.show(value)}")
-        counts.append(value)
+    counts = [v.positive_int(block.get(key, 1), f"{prefix}.{key}")
+              for key in ("prefill_replicas", "decode_replicas")]
     prefill_tp = rollout.get("tensor_model_parallel_size", 1)
     decode_tp = block.get("decode_tensor_model_parallel_size")
     if decode_tp is not None and decode_tp != prefill_tp:
@@ -246,10 +237,7 @@ def _span(rollout: Mapping[Any, Any], prefix: str) -> int:
     span = 1
     for key in ("tensor_model_parallel_size", "data_parallel_size",
                 "pipeline_model_parallel_size"):
-        value = rollout.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{prefix}.{key}", f"must be a positive int, got {v.show(value)}")
-        span *= value
+        span *= v.positive_int(rollout.get(key, 1), f"{prefix}.{key}")
     return span
 
 
@@ -285,12 +273,9 @@ def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits,
         return RewardModelPlace(own_pool=False)
     size = 1
     for name in ("nnodes", "n_gpus_per_node"):
-        value = values[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(keys[name], f"must be a positive int when "
-                                          f"{keys['enable_resource_pool']} is true (verl sizes "
-                                          f"reward_pool with it), got {v.show(value)}")
-        size *= value
+        size *= v.positive_int(values[name], keys[name],
+                               f"{keys['enable_resource_pool']} is true (verl sizes "
+                               "reward_pool with it)")
     return RewardModelPlace(own_pool=True, size=bounded_world_size(size, keys["nnodes"]))
 
 
@@ -317,11 +302,7 @@ def _rm_from_both(raw: Mapping[Any, Any]) -> Tuple[Dict[str, Any], Dict[str, str
 def _required_size(block: Mapping[Any, Any], prefix: str, because: str) -> int:
     size = 1
     for name in ("nnodes", "n_gpus_per_node"):
-        value = block.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{prefix}.{name}", f"must be a positive int when {because} is "
-                                                  f"true, got {v.show(value)}")
-        size *= value
+        size *= v.positive_int(block.get(name), f"{prefix}.{name}", f"{because} is true")
     return bounded_world_size(size, f"{prefix}.nnodes")
 
 
@@ -329,10 +310,7 @@ def _pool_size(block: Mapping[Any, Any], prefix: str, default: int) -> int:
     """``nnodes * n_gpus_per_node``; a missing one counts as ``default``."""
     size = 1
     for name in ("nnodes", "n_gpus_per_node"):
-        value = block.get(name, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{prefix}.{name}", f"must be a positive int, got {v.show(value)}")
-        size *= value
+        size *= v.positive_int(block.get(name, default), f"{prefix}.{name}")
     return bounded_world_size(size, f"{prefix}.nnodes")
 
 
