@@ -31,12 +31,11 @@ module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
 from __future__ import annotations
 
 import contextvars
-import functools
 from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.engine_route import node_of_actor
-from verlprof.bridges.verl.patching import MARK, wrap_once
+from verlprof.bridges.verl.patching import wrap_once
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.launch import worker_runtime_env
 from verlprof.runtime.rank_rpc import describe_error
@@ -106,14 +105,12 @@ def _direct_server_classes(launch: Callable) -> None:
 
 
 def _wrap_launch(launch: Callable) -> Callable:
-    @functools.wraps(launch)
     async def launch_servers(self: Any, *args: Any, **kwargs: Any) -> Any:
         bridge = active_bridge()
         if bridge is None or _LAUNCHING.get() is not None:  # a subclass's calling its base's
             return await launch(self, *args, **kwargs)
-        group: Optional[str] = replica_group(self, bridge.plan)
-        if group is not None and all(g.name != group for g in bridge.plan.groups):
-            group = None
+        own = replica_group(self, bridge.plan)
+        group = own if any(g.name == own for g in bridge.plan.groups) else None
         token = _LAUNCHING.set(ServerLauncher(bridge.plan, group, self.replica_rank))
         server_class = getattr(self, "server_class", None)
         if server_class is not None:
@@ -131,20 +128,18 @@ def _wrap_launch(launch: Callable) -> Callable:
                 self.server_class = server_class
         if group is not None and self.servers:
             bridge.register_replica(group, int(self.replica_rank), self.servers)
-        if bridge.engines is not None and replica_group(self) == bridge.engines.route.group:
+        if bridge.engines is not None and own == bridge.engines.route.group:
             node = await self.servers[0].__ray_call__.remote(node_of_actor) \
                 if self.servers else ""
             bridge.engines.add(int(self.replica_rank), self, node)
         return result
 
-    setattr(launch_servers, MARK, True)
     return launch_servers
 
 
 def _wrap_stop_profile(stop: Callable) -> Callable:
     """verl's own ``stop_profile`` of a replica (verl drives its engine profiling): what the
     engine wrote is gathered as the bridge's latest step's."""
-    @functools.wraps(stop)
     async def stop_profile(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await stop(self, *args, **kwargs)
         bridge = active_bridge()
@@ -153,7 +148,6 @@ def _wrap_stop_profile(stop: Callable) -> Callable:
             engines.gather(engines.step, only=int(self.replica_rank))
         return result
 
-    setattr(stop_profile, MARK, True)
     return stop_profile
 
 
@@ -172,13 +166,11 @@ def patch_replicas() -> bool:
     def make(init: Callable) -> Callable:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             init(self, *args, **kwargs)
-            replica_class = type(self)
-            if not getattr(replica_class.launch_servers, MARK, False):
-                _direct_server_classes(replica_class.launch_servers)
-                replica_class.launch_servers = _wrap_launch(replica_class.launch_servers)
-            stop = getattr(replica_class, "stop_profile", None)
-            if stop is not None and not getattr(stop, MARK, False):
-                replica_class.stop_profile = _wrap_stop_profile(stop)
+            replica_class, launch = type(self), type(self).launch_servers
+            if wrap_once(replica_class, "launch_servers", _wrap_launch):
+                _direct_server_classes(launch)
+            if getattr(replica_class, "stop_profile", None) is not None:
+                wrap_once(replica_class, "stop_profile", _wrap_stop_profile)
 
         return __init__
 
