@@ -195,8 +195,10 @@ def _component(config: ProfilingConfig, group: GroupTopology, role: str) -> Comp
 def _selects(component: ComponentConfig, rank: int, group: GroupTopology) -> bool:
     """The component selects ``rank`` of ``group``; a served group's rank is a server, which
     any global rank of its replica selects."""
-    if component.all_ranks or not group.served:
-        return component.all_ranks or rank in component.ranks
+    if component.all_ranks:
+        return True
+    if not group.served:
+        return rank in component.ranks
     replica = rank // group.servers_per_replica
     return any(r // group.replica_span == replica for r in component.ranks)
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from verlprof import paths
+from verlprof.config.topology import GroupTopology
 from verlprof.plan.model import ProfilePlan
 from verlprof.safe_text import shell_join, shell_quote, visible
 
@@ -127,8 +128,7 @@ def _ranks_table(plan: ProfilePlan) -> Table:
         table.add_column(column)
     for group in plan.groups:
         procs = [p for p in plan.processes if p.group == group.name]
-        # a served model's ranks are its replicas' servers: say so, with their GPUs (global
-        # ranks), and which replica's server each is where a replica has several
+        # a served model's ranks are its replicas' servers: say so, with their GPUs
         servers = group.servers_per_replica
         name = (f"{group.name} ({group.engine} replicas of {group.replica_span} GPU(s)"
                 + (f", {servers} servers each" if servers > 1 else "") + ")"
@@ -136,16 +136,21 @@ def _ranks_table(plan: ProfilePlan) -> Table:
         if not procs:
             table.add_row(_text(name), str(group.world_size), "-", "-", "-", "-")
             continue
-        ranks = ", ".join(str(p.rank) if not group.served else
-                          f"{p.rank} (" + (f"replica {p.rank // servers} server "
-                                           f"{p.rank % servers}, " if servers > 1 else "")
-                          + f"GPUs {p.rank * group.rank_span}-"
-                          f"{(p.rank + 1) * group.rank_span - 1})" for p in procs)
+        ranks = ", ".join(_served_rank(group, p.rank) if group.served else str(p.rank)
+                          for p in procs)
         roles = "; ".join(sorted({",".join(p.selected_roles) for p in procs}))
         modes = ",".join(sorted({p.mode for p in procs}))
         counts = ",".join(sorted({str(len(p.windows)) for p in procs}))
         table.add_row(_text(name), str(group.world_size), ranks, _text(roles), modes, counts)
     return table
+
+
+def _served_rank(group: GroupTopology, rank: int) -> str:
+    """A served group's rank: the replica's server it is (where a replica has several) and
+    its GPUs (global ranks)."""
+    servers = group.servers_per_replica
+    where = f"replica {rank // servers} server {rank % servers}, " if servers > 1 else ""
+    return f"{rank} ({where}GPUs {rank * group.rank_span}-{(rank + 1) * group.rank_span - 1})"
 
 
 def _print_commands(plan: ProfilePlan, console: Console) -> None:

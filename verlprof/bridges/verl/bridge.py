@@ -155,11 +155,11 @@ class Bridge:
         if self.manifest is None:
             self.end_step(None)
             self.manifest = self.controller.finalize()
-            if get_backend(self.plan.tool).output_at_exit and self._planned:
-                self.manifest = self._collect_at_exit()
             dead = {t for t, why in self.controller.failed_ranks.items() if DIED in why}
-            if dead and not get_backend(self.plan.tool).output_at_exit:
-                # a dead process's nsys may leave its agent behind; the others live on
+            if get_backend(self.plan.tool).output_at_exit:
+                if self._planned:
+                    self.manifest = self._collect_at_exit()
+            elif dead:  # a dead process's nsys may leave its agent behind; the others live on
                 for problem in self.controller.wait_for_profilers(EXIT_TIMEOUT_S, only=dead):
                     logger.warning("verlprof: %s", problem)
             if self.engines is not None:  # and what verl's engines wrote late

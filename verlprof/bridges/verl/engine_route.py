@@ -39,9 +39,9 @@ class EngineTraces:
         self.route, self.output_dir, self.drive = route, output_dir, drive
         self.replicas: Dict[int, Any] = {}
         self.nodes: Dict[int, str] = {}
+        """Ray node of each replica's first server, where its engine writes."""
         self.problems: List[str] = []
         """Traces that could not be gathered, one line each (the manifest's warnings)."""
-        """Ray node of each replica's first server, where its engine writes."""
         self.entries: List[ReportEntry] = []
         self.step: Optional[int] = None
         self._started = False
