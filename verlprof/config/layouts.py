@@ -243,15 +243,13 @@ def _read_teachers(raw: Mapping[Any, Any], draft: Draft,
     """Each distillation teacher's ``inference.profiler`` block selects its replicas (GPU
     ranks of the teacher's pool); a teacher without one is not profiled."""
     selections = {}
-    distillation = raw.get("distillation")
-    distillation = distillation if isinstance(distillation, Mapping) else {}
-    models = distillation.get("teacher_models")
-    if isinstance(models, Mapping) and distillation.get("enabled") is not True:
-        for name, model in models.items():  # a selection nothing will run: say so
-            inference = model.get("inference") if isinstance(model, Mapping) else None
-            block = inference.get("profiler") if isinstance(inference, Mapping) else None
-            if isinstance(block, Mapping) and any(block.get(k) for k in ("enable", "ranks",
-                                                                         "all_ranks")):
+    distillation = verl_pools.section(raw, "distillation")
+    models = verl_pools.section(distillation, "teacher_models")
+    if distillation.get("enabled") is not True:
+        for name in models:  # a selection nothing will run: say so
+            inference = verl_pools.section(verl_pools.section(models, name), "inference")
+            block = verl_pools.section(inference, "profiler")
+            if any(block.get(k) for k in ("enable", "ranks", "all_ranks")):
                 draft.warn(f"distillation.teacher_models.{name}.inference.profiler: "
                            "distillation.enabled is not true, so no teacher runs and this "
                            "block selects nothing")

@@ -97,9 +97,9 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
              warn: Callable[[str], None] = lambda message: None) -> Topology:
     """The pools of ``raw`` (a resolved verl config) under ``traits``' release; ``warn`` gets
     the one-line warnings (a legacy key verl's own trainer no longer reads)."""
-    trainer = _section(raw, "trainer")
+    trainer = section(raw, "trainer")
     cuda = device_is_cuda(trainer)
-    arr = _section(raw, "actor_rollout_ref")
+    arr = section(raw, "actor_rollout_ref")
     hybrid = arr.get("hybrid_engine", True)
     if not isinstance(hybrid, bool):
         raise ConfigError("actor_rollout_ref.hybrid_engine", f"must be true or false, got "
@@ -109,9 +109,9 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
                                                             f"{traits.release}: its trainer "
                                                             "asserts the hybrid engine")
     roles: List[str] = ["actor", "rollout"]
-    algorithm = _section(raw, "algorithm")
+    algorithm = section(raw, "algorithm")
     if _flag(algorithm, "use_kl_in_reward", "algorithm") or _flag(
-            _section(arr, "actor"), "use_kl_loss", "actor_rollout_ref.actor"):
+            section(arr, "actor"), "use_kl_loss", "actor_rollout_ref.actor"):
         roles.append("ref")
     if _uses_critic(raw):
         roles.append("critic")
@@ -124,21 +124,21 @@ def topology(raw: Mapping[Any, Any], traits: VerlTraits,
     if rm is not None and rm.own_pool and not traits.rm_served:
         groups.append(GroupTopology(REWARD_POOL, ("rm",), rm.size))
     if traits.at_least("0.7.0") and not traits.phases.get("rollout"):
-        pool = global_size if hybrid else _pool_size(_section(arr, "rollout"),
+        pool = global_size if hybrid else _pool_size(section(arr, "rollout"),
                                                      "actor_rollout_ref.rollout", 1)
-        rollout = _section(arr, "rollout")
+        rollout = section(arr, "rollout")
         groups += _replicas(ROLLOUT_REPLICAS, "rollout", rollout, "actor_rollout_ref.rollout",
                             pool, "actor_rollout_ref.rollout.n_gpus_per_node",
                             rollout.get("n_gpus_per_node", trainer.get("n_gpus_per_node", 8)),
                             warn)
     if rm is not None and traits.rm_served:
-        reward = _section(_section(raw, "reward"), "reward_model")
-        groups += _replicas(REWARD_REPLICAS, "rm", _section(reward, "rollout"),
+        reward = section(section(raw, "reward"), "reward_model")
+        groups += _replicas(REWARD_REPLICAS, "rm", section(reward, "rollout"),
                             "reward.reward_model.rollout",
                             rm.size if rm.own_pool else global_size,
                             "reward.reward_model.n_gpus_per_node",
                             reward.get("n_gpus_per_node", RM_DEFAULTS["n_gpus_per_node"]))
-    distillation = _section(raw, "distillation")
+    distillation = section(raw, "distillation")
     for teacher in teachers(raw):
         groups += _replicas(teacher.group, TEACHER, teacher.inference, teacher.prefix,
                             teacher.gpus, "distillation.n_gpus_per_node",
@@ -155,12 +155,12 @@ def teachers(raw: Mapping[Any, Any]) -> List[Teacher]:
                                                           "distillation"):
         return []
     size = _required_size(distillation, "distillation", "distillation.enabled")
-    models = _section(distillation, "teacher_models")
+    models = section(distillation, "teacher_models")
     entries = [name for name in models if len(models) == 1 or name != SINGLE_TEACHER]
     out: List[Teacher] = []
     for name in entries:
-        model, prefix = _section(models, name), f"distillation.teacher_models.{name}"
-        inference = _section(model, "inference")
+        model, prefix = section(models, name), f"distillation.teacher_models.{name}"
+        inference = section(model, "inference")
         if len(entries) == 1:
             out.append(Teacher(TEACHER_REPLICAS, f"{prefix}.inference", inference, size))
             continue
@@ -196,7 +196,7 @@ def _replicas(name: str, role: str, rollout: Mapping[Any, Any], prefix: str,
     span = _span(rollout, prefix)
     engine = rollout.get("name")
     engine = engine if isinstance(engine, str) and engine and engine != "???" else "unnamed"
-    disaggregated = _section(rollout, "disaggregation")
+    disaggregated = section(rollout, "disaggregation")
     if name == ROLLOUT_REPLICAS and _flag(disaggregated, "enabled", f"{prefix}.disaggregation"):
         servers = _pd_servers(disaggregated, f"{prefix}.disaggregation", rollout, warn)
         if servers == 0:
@@ -243,10 +243,10 @@ def _span(rollout: Mapping[Any, Any], prefix: str) -> int:
 
 def _uses_critic(raw: Mapping[Any, Any]) -> bool:
     """verl's ``need_critic``: ``critic.enable`` when not null, else GAE advantages."""
-    enable = _section(raw, "critic").get("enable")
+    enable = section(raw, "critic").get("enable")
     if enable is not None:
         return v.boolean(enable, "critic.enable")
-    estimator = _section(raw, "algorithm").get("adv_estimator", "gae")
+    estimator = section(raw, "algorithm").get("adv_estimator", "gae")
     return estimator == "gae"
 
 
@@ -262,7 +262,7 @@ def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits,
                  "reward_model block (only its fully_async entry point migrates it); verlprof "
                  f"reads it as verl 0.8.0 did: move it to reward.{legacy[0]}")
     else:
-        block = _section(raw, "reward_model")
+        block = section(raw, "reward_model")
         values = {k: block.get(k) for k in RM_KEYS}
         keys = {k: f"reward_model.{k}" for k in RM_KEYS}
     if not v.boolean(values["enable"], keys["enable"]):
@@ -281,8 +281,8 @@ def _reward_model(raw: Mapping[Any, Any], traits: VerlTraits,
 
 def _rm_from_both(raw: Mapping[Any, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """0.8.0+: ``reward.reward_model``, overridden by the legacy ``reward_model`` where set."""
-    new = _section(_section(raw, "reward"), "reward_model")
-    legacy = _section(raw, "reward_model")
+    new = section(section(raw, "reward"), "reward_model")
+    legacy = section(raw, "reward_model")
     values, keys = {}, {}
     for name in RM_KEYS:
         new_value, old_value = new.get(name, RM_DEFAULTS[name]), legacy.get(name)
@@ -318,6 +318,7 @@ def _flag(block: Mapping[Any, Any], name: str, prefix: str) -> bool:
     return v.boolean(block.get(name), f"{prefix}.{name}")
 
 
-def _section(node: Any, key: str) -> Mapping[Any, Any]:
+def section(node: Any, key: str) -> Mapping[Any, Any]:
+    """``node[key]`` where both are mappings, else an empty one (a config read as written)."""
     value = node.get(key) if isinstance(node, Mapping) else None
     return value if isinstance(value, Mapping) else {}
