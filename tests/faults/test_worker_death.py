@@ -2,7 +2,8 @@
 
 The controller names the rank (one line, in the log, the manifest's warnings and
 ``failed_ranks``), the other ranks' reports are complete and open with ``nsys export``, the dead
-rank's reports are ``missing`` with the reason, and training continues
+rank's window cut by its death is placed ``incomplete`` (what nsys captured until then), the
+later ones are ``missing`` with the reason, and training continues
 (``on_rank_failure="continue"``, the default) or stops with
 :class:`~verlprof.errors.ProfilingRuntimeError` naming the rank (``"raise"``)."""
 
@@ -34,15 +35,18 @@ def test_demo_rank_killed_in_open_window_training_continues(ray_cluster, tmp_pat
     ok = {(e["rank"], tuple(e["steps"])) for e in status["ok"]}
     missing = {(e["rank"], tuple(e["steps"])): e["reason"] for e in status["missing"]}
     assert ok == {(0, (1,)), (0, (2,))}
-    assert set(missing) == {(1, (1,)), (1, (2,))}
-    for reason in missing.values():
-        assert reason.startswith("worker process died (ActorDiedError"), reason
-        assert "\n" not in reason
-    # nsys wrote what it had captured when the app died: kept for post-mortem, and said so
-    assert "uncollected file(s) left in .raw/actor_rollout_ref/rank1" in missing[(1, (1,))]
+    assert set(missing) == {(1, (2,))}
+    died = missing[(1, (2,))]
+    assert died.startswith("worker process died (ActorDiedError") and "\n" not in died, died
+    # nsys wrote what it had captured when the app died: placed, marked incomplete, and it
+    # opens with nsys export; nothing is left in .raw
+    [cut] = status["incomplete"]
+    assert (cut["rank"], tuple(cut["steps"]), cut["reason"]) == (1, (1,), (
+        f"{died} in this window; the report holds what was captured until then"))
     assert harness.check_reports(out, manifest["reports"]) == 2
-    assert result["failed_ranks"] == [["actor_rollout_ref", 1,
-                                       missing[(1, (1,))].split(";")[0]]]
+    assert harness.check_reports(out, [dict(cut, status="ok")]) == 1
+    assert not harness.raw_leftovers(out)
+    assert result["failed_ranks"] == [["actor_rollout_ref", 1, died]]
     named = [w for w in manifest["warnings"] if w.startswith("actor_rollout_ref rank 1: ")]
     assert named and all("\n" not in w for w in named)
     assert not [w for w in manifest["warnings"] if w.startswith("actor_rollout_ref rank 0")]
@@ -83,6 +87,8 @@ def test_rank_killed_with_raise_policy_stops_training_naming_rank(ray_cluster, t
     assert [(e["rank"], tuple(e["steps"])) for e in status["ok"]] == [(0, (1,))]
     reasons = {(e["rank"], tuple(e["steps"])): e["reason"] for e in status["missing"]}
     assert reasons[(0, (2,))].startswith("window never opened")
-    assert reasons[(1, (1,))].startswith("worker process died")
     assert reasons[(1, (2,))].startswith("worker process died")
+    [cut] = status["incomplete"]  # what nsys captured of step 1 until the death
+    assert (cut["rank"], tuple(cut["steps"])) == (1, (1,)) and \
+        cut["reason"].startswith("worker process died"), cut
     assert harness.check_reports(str(tmp_path), manifest["reports"]) == 1

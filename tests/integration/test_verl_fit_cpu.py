@@ -264,8 +264,8 @@ def test_a_replica_over_two_nodes_runs_each_server_under_nsys(ray_cluster, tmp_p
 def test_a_replica_that_dies_with_its_window_open_loses_no_other_report(ray_cluster, tmp_path):
     """Two standalone replicas, both under nsys; replica 1's server is killed in step 2 after
     generating, its window open. Replica 0's reports of both steps are complete; replica 1's
-    are marked with why, the manifest naming the replica, and what nsys wrote of them is kept
-    for a post-mortem where the reason says (as for a training rank that dies)."""
+    step 1 is too, and its step 2 is what nsys captured until the death, marked with why; the
+    manifest names the replica (as for a training rank that dies)."""
     from tests.helpers import require_nsys
     from tests.integration.apps.verl_cpu_rollout import run_generation
     from tests.integration.runtime_helpers import nvtx_names
@@ -289,12 +289,19 @@ def test_a_replica_that_dies_with_its_window_open_loses_no_other_report(ray_clus
         share = served["generate_per_step"][step - 1]  # its share of the step's requests
         assert nvtx_names(str(tmp_path / kept["path"])) == (
             {"rollout/generate": share} if share else {})
-        died = entries[(1, (step,))]
-        assert died["status"] == "missing" and died["pid"] == result["killed"]["pid"]
-        assert died["reason"].startswith("worker process died") and \
-            "uncollected file(s) left in .raw/rollout_replicas/rank1" in died["reason"], died
-    assert list((tmp_path / ".raw" / "rollout_replicas" / "rank1").glob(
-        f"rollout_replicas_rank1_{result['killed']['pid']}*"))  # kept where the reason says
+    # replica 1's step 1 closed before the death: whole, placed; step 2's was cut short: what
+    # nsys captured until then, placed and marked; nothing left in .raw
+    closed, cut = entries[(1, (1,))], entries[(1, (2,))]
+    assert closed["status"] == "ok" and closed["pid"] == result["killed"]["pid"], closed
+    first = sum(1 for c in result["killed"]["calls"]  # its generations at step 1
+                if c["method"] == "generate" and c["global_steps"] == 0)
+    assert nvtx_names(str(tmp_path / closed["path"])) == (
+        {"rollout/generate": first} if first else {})
+    assert cut["status"] == "incomplete" and cut["reason"].startswith("worker process died") \
+        and cut["reason"].endswith("in this window; the report holds what was captured until "
+                                   "then"), cut
+    assert (tmp_path / cut["path"]).stat().st_size == cut["bytes"] > 0
+    assert not list((tmp_path / ".raw" / "rollout_replicas" / "rank1").glob("*"))
     assert [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 1: ")]
     assert not [w for w in manifest["warnings"] if w.startswith("rollout_replicas rank 0")]
 

@@ -148,3 +148,87 @@ def test_partial_reports_are_the_raw_files_of_that_process_only(tmp_path):
         str(raw / n) for n in ("critic_rank1_4242.1.nsys-rep", "critic_rank1_4242.2.nsys-rep",
                                "critic_rank1_4242_tmp")]
     assert partial_reports(process, ProcessIdentity(host="node-a", pid=0)) == []
+
+
+def _dead_rank_files(tmp_path, *names):
+    raw = tmp_path / ".raw" / "critic" / "rank1"
+    raw.mkdir(parents=True)
+    for name in names:
+        (raw / name).write_bytes(b"captured")
+    return raw
+
+
+DIED = "worker process died (SIGKILL)"
+
+
+def test_what_nsys_wrote_before_a_death_is_placed_by_window(tmp_path):
+    """nsys numbers the reports in closing order: step 1's closed (ok); step 2's window was
+    open when the process died (incomplete, what nsys had captured); nothing is left."""
+    process = _process_plan(tmp_path)
+    raw = _dead_rank_files(tmp_path, "critic_rank1_4242.1.nsys-rep",
+                           "critic_rank1_4242.2.nsys-rep")
+    reports = unreachable_reports(process, HERE, DIED, [((1,), True), ((2,), False)], "nsys")
+    assert [(r.report.steps, r.status, r.raw_path) for r in reports] == [
+        ((1,), "ok", str(raw / "critic_rank1_4242.1.nsys-rep")),
+        ((2,), "incomplete", str(raw / "critic_rank1_4242.2.nsys-rep"))]
+    assert reports[0].reason is None and reports[0].bytes == len(b"captured")
+    assert reports[1].reason == ("worker process died (SIGKILL) in this window; the report "
+                                 "holds what was captured until then")
+    entries = move_all(reports, {}, str(tmp_path), "")
+    assert [e.status for e in entries] == ["ok", "incomplete"]
+    assert files(tmp_path) == sorted(e.path for e in entries)  # .raw emptied
+
+
+def test_a_death_before_a_window_opened_leaves_that_report_missing(tmp_path):
+    """Step 2 was sent but its stop never came (the process died before): no second file, so
+    step 2 is missing; a third file nsys could not map would be counted as left."""
+    process = _process_plan(tmp_path)
+    _dead_rank_files(tmp_path, "critic_rank1_4242.nsys-rep")  # one report: no ordinal
+    reports = unreachable_reports(process, HERE, DIED, [((1,), True), ((2,), False)], "nsys")
+    assert [(r.status, r.reason) for r in reports] == [("ok", None), ("missing", DIED)]
+
+
+def test_reports_of_the_dead_are_not_guessed_when_the_numbering_is_unsure(tmp_path):
+    """A window before the last that did not close (a refused start) may have no report, which
+    would shift every later number; another node's files are not seen; a hung process (no
+    history) is not waited for. Each keeps every report missing, naming the files left."""
+    process = _process_plan(tmp_path)
+    _dead_rank_files(tmp_path, "critic_rank1_4242.1.nsys-rep", "critic_rank1_4242.2.nsys-rep")
+    elsewhere = ProcessIdentity(host="node-b", pid=4242, node_id="node-b")
+    for where, history in ((HERE, [((1,), False), ((2,), True)]),
+                           (elsewhere, [((1,), True), ((2,), True)]), (HERE, [])):
+        reports = unreachable_reports(process, where, DIED, history, "nsys", "node-a")
+        assert [r.status for r in reports] == ["missing", "missing"]
+        assert reports[0].reason == (
+            f"{DIED}; 2 uncollected file(s) left in .raw/critic/rank1"), (where, history)
+
+
+def test_discrete_nsys_reports_of_the_dead_stay_in_raw(tmp_path):
+    """Discrete windows follow the phases that ran, which only the dead process knew."""
+    cfg = ProfilingConfig(steps=(1,), tool="nsys", output_dir=str(tmp_path),
+                          components=ComponentsConfig(critic=ComponentConfig(
+                              ranks=(1,), discrete=True)))
+    process = build_plan(cfg, Topology.of({"critic": 2}, cuda=False)).process("critic", 1)
+    _dead_rank_files(tmp_path, "critic_rank1_4242.1.nsys-rep")
+    reports = unreachable_reports(process, HERE, DIED, [((1,), True)], "nsys")
+    assert {r.status for r in reports} == {"missing"}
+
+
+def test_torch_traces_of_the_dead_are_whole_where_written(tmp_path):
+    """The torch profiler exports a window's trace when it closes, under its own name: each
+    one there is whole, also in the step the death cut short."""
+    cfg = ProfilingConfig(steps=(1, 2), tool="torch", output_dir=str(tmp_path),
+                          components=ComponentsConfig(critic=ComponentConfig(
+                              ranks=(1,), discrete=True)))
+    process = build_plan(cfg, Topology.of({"critic": 2}, cuda=False)).process("critic", 1)
+    by_steps = {}
+    for w in process.windows:
+        by_steps.setdefault(w.steps, []).append(w)
+    written = [by_steps[(1,)][0], by_steps[(2,)][0]]  # one phase of each step ran
+    raw = _dead_rank_files(tmp_path, *(os.path.basename(
+        w.report.path.replace("{host}", "node-a").replace("{pid}", "4242")) for w in written))
+    reports = unreachable_reports(process, HERE, DIED, [((1,), True), ((2,), False)], "torch")
+    placed = {r.report.path: (r.status, r.raw_path) for r in reports if r.status != "missing"}
+    assert placed == {w.report.path: ("ok", str(raw / os.path.basename(
+        w.report.path.replace("{host}", "node-a").replace("{pid}", "4242")))) for w in written}
+    assert len(reports) == len(process.windows) > 2

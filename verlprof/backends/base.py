@@ -18,6 +18,7 @@ from verlprof.records import (
     STATUS_MISSING,
     ProcessIdentity,
     Status,
+    StepWindow,
     Tool,
     WorkerReport,
 )
@@ -105,12 +106,15 @@ class Backend:
     has_reader = False
     """Whether ``verlprof report`` can read its reports."""
     output_at_exit = False
-    time_windows = True
-    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
     """The tool writes one output per process, when the process exits, covering all its
     windows (rocprof-sys): the plan gives every window of a process the same report path,
     finalize records the entries as pending (:data:`PENDING_AT_EXIT`), and
     ``ProfileController.wait_for_profilers`` collects them after the workers exit."""
+    time_windows = True
+    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
+    writes_at_close = False
+    """A report exists only once its window closed (the torch profiler exports at close), so
+    one that a process left when it died is whole even if the death cut its step short."""
 
     @property
     def extension(self) -> str:
@@ -146,6 +150,14 @@ class Backend:
         directory it wrote into and the files in it (relative paths) that process ``pid``
         wrote, never another process's."""
         return "", []
+
+    def left_by_dead(self, process: ProcessPlan, where: ProcessIdentity,
+                     opened: Sequence[StepWindow], timeout_s: float) -> Dict[str, str]:
+        """Driver side, for a process that died: report path → the raw file its tool wrote for
+        that window, where this node sees the process's raw directory. ``opened`` are the step
+        windows it was sent, in order; the tool may still be writing (waited for up to
+        ``timeout_s``). Empty where the tool's files cannot be told apart."""
+        return {}
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],

@@ -18,7 +18,7 @@ import datetime
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
@@ -30,7 +30,9 @@ from verlprof.records import (
     STATUS_MISSING,
     STATUS_OK,
     ProcessIdentity,
+    StepWindow,
     Target,
+    Tool,
     Transfer,
     WorkerReport,
 )
@@ -51,7 +53,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
     status, reason, size = item.status, item.reason, 0
     transfer: Optional[Transfer] = None
     raw = item.raw_path
-    if status == STATUS_OK and raw:
+    if status != STATUS_MISSING and raw:  # incomplete: what a process left at its death
         try:
             target = _report_target(output_dir, relpath, os.path.isdir(raw))
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -98,11 +100,41 @@ def move_all(items: List[WorkerReport], actors: Dict[Target, Any], output_dir: s
                                    actors.get((it.report.group, it.report.rank))), items))
 
 
-def unreachable_reports(process: ProcessPlan, where: ProcessIdentity, reason: str
-                        ) -> List[WorkerReport]:
-    """Records for a process that cannot be asked (dead or not answering): all missing."""
-    return [worker_report(w, raw_path=None, status=STATUS_MISSING, reason=reason, where=where)
-            for w in process.windows]
+def unreachable_reports(process: ProcessPlan, where: ProcessIdentity, reason: str,
+                        history: Sequence[Tuple[StepWindow, bool]] = (), tool: Tool = "nsys",
+                        local_node_id: str = "", timeout_s: float = 0.0) -> List[WorkerReport]:
+    """Records for a process that cannot be asked (dead or not answering).
+
+    ``history``, for a process that died: the step windows it was sent, in order, each with
+    whether it closed. Where this node sees its raw directory, what the tool finished before
+    the death is placed: ``ok`` for a window that closed, ``incomplete`` for the one the death
+    cut short (what was captured until then). Every other report is ``missing`` with
+    ``reason``, which counts the files left in ``.raw`` for a post-mortem.
+    """
+    found: Dict[str, str] = {}
+    backend = get_backend(tool)
+    # a window refused or cut before the last one would shift nsys' numbering: then none
+    if history and where.pid and where.node_id in ("", local_node_id) \
+            and all(closed for _, closed in history[:-1]):
+        found = backend.left_by_dead(process, where, [s for s, _ in history], timeout_s)
+    partial = [f for f in partial_reports(process, where) if f not in found.values()]
+    if partial:
+        folder = paths.raw_dir("", process.group, process.rank)  # relative to output_dir
+        reason += f"; {len(partial)} uncollected file(s) left in {folder}"
+    cut = {steps for steps, closed in history if not closed}
+    out = []
+    for window in process.windows:
+        raw = found.get(window.report.path)
+        if raw is None:
+            out.append(worker_report(window, raw_path=None, status=STATUS_MISSING,
+                                     reason=reason, where=where))
+        elif window.steps not in cut or backend.writes_at_close:
+            out.append(worker_report(window, raw_path=raw, status=STATUS_OK, where=where))
+        else:
+            out.append(worker_report(window, raw_path=raw, status=STATUS_INCOMPLETE, where=where,
+                                     reason=f"{reason.split(';')[0]} in this window; the report "
+                                            f"holds what was captured until then"))
+    return out
 
 
 def partial_reports(process: ProcessPlan, where: ProcessIdentity) -> List[str]:

@@ -34,7 +34,7 @@ import logging
 import os
 import socket
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
@@ -55,7 +55,6 @@ from verlprof.runtime.clock_sync import ClockSync
 from verlprof.runtime.collect import (
     collect_at_exit,
     move_all,
-    partial_reports,
     run_manifest,
     unreachable_reports,
 )
@@ -114,6 +113,7 @@ class ProfileController:
         self._identity: Dict[Target, ProcessIdentity] = {}
         self._targets: List[Target] = []
         self._started: Dict[Target, StepWindow] = {}
+        self._stopped: List[Tuple[Dict[Target, StepWindow], Set[Target]]] = []
         self._next: Dict[Target, Optional[StepWindow]] = {}
         self._open: Optional[StepWindow] = None
         self._done_windows: Set[StepWindow] = set()
@@ -152,15 +152,12 @@ class ProfileController:
         if len(actors) != group.world_size:
             raise ProfilingRuntimeError(f"group {name!r} has {len(actors)} actors but the plan "
                                         f"expects world size {group.world_size}")
-        targets = []
-        for process in self.plan.processes:
-            if process.group == name:
-                self._rpc.actors[(name, process.rank)] = actors[process.rank]
-                targets.append((name, process.rank))
+        plans = {(name, p.rank): p for p in self.plan.processes if p.group == name}
+        targets = list(plans)
+        self._rpc.actors.update((t, actors[t[1]]) for t in targets)
         self._on_demand.register(name, actors)
         self._targets = [(p.group, p.rank) for p in self.plan.processes
                          if (p.group, p.rank) in self._rpc.actors]
-        plans = {(p.group, p.rank): p for p in self.plan.processes}
         statuses, errors = self._rpc.call("verlprof_configure", targets, lambda t: (plans[t],))
         for target, status in statuses.items():
             reply: SessionStatus = status
@@ -272,9 +269,12 @@ class ProfileController:
         started, self._started = self._started, {}
         self._open = None
         targets = self._live(list(started))
+        unclosed = set(started).difference(targets) if len(targets) < len(started) else set()
+        self._stopped.append((started, unclosed))  # for what a rank that dies later left
         try:
             if targets:
                 _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
+                unclosed.update(target for target, _ in errors)
                 for target, _ in errors:
                     self._next[target] = None
                 self._on_errors(errors, raise_errors)
@@ -306,20 +306,19 @@ class ProfileController:
                 results, errors = {}, [(t, cut) for t in alive]
             self._on_errors(errors, False)
             why = {t: msg for t, msg in errors}
-            plans = {(p.group, p.rank): p for p in self.plan.processes}
-            local_node = node_id()
+            local_node, plans = node_id(), {(p.group, p.rank): p for p in self.plan.processes}
             for target in self.targets:
                 if target in results:
                     items.extend(results[target])
                     self.note(*(n for item in results[target] for n in item.notes))
                     continue
-                where = self._identity.get(target, ProcessIdentity(host="", pid=0))
-                reason = self._rpc.failed.get(target) or why.get(target, "no answer")
-                partial = partial_reports(plans[target], where)
-                if partial:
-                    folder = os.path.relpath(os.path.dirname(partial[0]), self.plan.output_dir)
-                    reason += f"; {len(partial)} uncollected file(s) left in {folder}"
-                items.extend(unreachable_reports(plans[target], where, reason))
+                died = self._rpc.failed.get(target)  # then what it wrote may be placed
+                sent = [(s[target], target not in unclosed) for s, unclosed in self._stopped
+                        if died and target in s]
+                items.extend(unreachable_reports(
+                    plans[target], self._identity.get(target, ProcessIdentity(host="", pid=0)),
+                    died or why.get(target, "no answer"), sent, self.plan.tool, local_node,
+                    0 if cut else timeout))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)

@@ -3,7 +3,7 @@ per window (``repeat:N``); the controller may run under it too, bounded to the p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends.base import Backend, Capture, Launch
@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # types only: the builder of the plan imports the backends
     from verlprof.config.schema import ProfilingConfig
     from verlprof.config.topology import GroupTopology, Topology
     from verlprof.plan.model import ProcessPlan, ProfilePlan
+    from verlprof.records import ProcessIdentity, StepWindow
 
 EXECUTABLE_KEY = "trainer.profiler.nsys.executable"
 
@@ -93,6 +94,27 @@ class NsysBackend(Backend):
         from verlprof.backends.nsys.capture import NsysCapture
 
         return NsysCapture(plan)
+
+    def left_by_dead(self, process: ProcessPlan, where: ProcessIdentity,
+                     opened: Sequence[StepWindow], timeout_s: float) -> Dict[str, str]:
+        """nsys numbers a process's reports in the order its windows closed, and writes those
+        of ``repeat:N`` when the process dies. They map back to windows only when each step is
+        one window (discrete ones follow the phases that ran) and none was added on demand."""
+        from verlprof.backends.nsys.argv import OPEN_ENDED
+        from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals, report_glob
+        from verlprof.backends.nsys.reports import ReportWriter, wait_for_reports
+
+        if OPEN_ENDED in process.launch_argv or any(w.phase for w in process.windows):
+            return {}
+        by_steps = {w.steps: w for w in process.windows}
+        windows = [by_steps[steps] for steps in opened if steps in by_steps]
+        writer = None if not where.profiler_pid else ReportWriter(
+            cli_pid=where.profiler_pid, target_pid=where.pid)  # its end ends the wait
+        waited = wait_for_reports(  # final: unchanged over two looks at least
+            report_glob(process, where.pid), len(windows),
+            max(timeout_s if writer else 0.0, 3 * REPORT_POLL_S), REPORT_POLL_S, writer)
+        found = ordinals([str(p) for p in waited.found])
+        return {w.report.path: found[n] for n, w in enumerate(windows, 1) if n in found}
 
     def read(self, path: str, *, index: int, window_start_ns: Optional[int],
              timeout_s: float) -> ReportData:

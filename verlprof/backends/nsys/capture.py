@@ -83,14 +83,6 @@ class NsysCapture(Capture):
             self.close(window)
         self._fillers = len(never_opened)
 
-    def report_glob(self, pid: Optional[int] = None) -> str:
-        """Glob of this process's raw reports (``%p`` of the plan's output prefix = pid)."""
-        prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(self.plan.group),
-                                                rank=self.plan.rank)
-        prefix = prefix.replace("%p", str(pid or os.getpid()))
-        # "x_12.*nsys-rep" matches x_12.nsys-rep and x_12.3.nsys-rep, never pid 123's x_123...
-        return os.path.join(self.plan.raw_dir, prefix + ".*nsys-rep")
-
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
         capture_range.settle()  # every window's end has reached nsys
@@ -99,7 +91,8 @@ class NsysCapture(Capture):
         total = len(opened) + self._fillers
         stop_problem = self._stop_session() if self.open_ended and opened else ""
         if total:
-            waited = wait_for_reports(self.report_glob(), total, timeout_s, poll_s=REPORT_POLL_S,
+            waited = wait_for_reports(report_glob(self.plan, os.getpid()), total, timeout_s,
+                                      poll_s=REPORT_POLL_S,
                                       writer=own_writer())  # its agent gone: none can come
             by_ordinal = ordinals([str(p) for p in waited.found])
             for n in range(len(opened) + 1, total + 1):
@@ -134,6 +127,13 @@ class NsysCapture(Capture):
             why = "timed out" if stopped.timed_out else stopped.error_line() or ""
             return f"nsys stop of the armed session failed: {why}"
         return ""
+
+
+def report_glob(plan: ProcessPlan, pid: int) -> str:
+    """Glob of process ``pid``'s raw reports (``%p`` of the plan's output prefix = pid)."""
+    prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(plan.group), rank=plan.rank)
+    # "x_12.*nsys-rep" matches x_12.nsys-rep and x_12.3.nsys-rep, never pid 123's x_123...
+    return os.path.join(plan.raw_dir, prefix.replace("%p", str(int(pid))) + ".*nsys-rep")
 
 
 def _session_name(nsys: str, cli_pid: int) -> str:

@@ -65,7 +65,7 @@ class TorchCapture(Capture):
             marker.__exit__(None, None, None)
         finally:
             profiler.stop()
-        target = self.raw_path(window)
+        target = raw_path(self.plan, window, _host(), os.getpid())
         try:
             profiler.export_chrome_trace(target)
             self._written[self._count] = target
@@ -77,9 +77,6 @@ class TorchCapture(Capture):
 
         return torch.autograd.profiler.record_function(label)
 
-    def raw_path(self, window: Window) -> str:
-        name = os.path.basename(paths.resolve_relpath(window.report.path, _host(), os.getpid()))
-        return os.path.join(self.plan.raw_dir, name)
 
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
@@ -94,6 +91,12 @@ class TorchCapture(Capture):
                 out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
                                  reason=reason, start_ns=record.start_ns, end_ns=record.end_ns))
         return out + never_opened_reports(never_opened)
+
+
+def raw_path(plan: ProcessPlan, window: Window, host: str, pid: int) -> str:
+    """Where process ``pid`` on ``host`` exports ``window``'s trace."""
+    name = os.path.basename(paths.resolve_relpath(window.report.path, host, pid))
+    return os.path.join(plan.raw_dir, name)
 
 
 def _host() -> str:
