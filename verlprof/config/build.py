@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -103,7 +103,7 @@ def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
     v.check_draft(draft)
     _warn_steps_beyond_the_run(draft, raw)
     profiling = to_profiling(draft)
-    warnings = _unique(draft.warnings)
+    warnings = tuple(dict.fromkeys(draft.warnings))  # each message once, first order kept
     for message in warnings:
         logger.warning(message)
     return LoadedConfig(profiling=profiling, topology=topology, warnings=warnings, raw=raw)
@@ -130,10 +130,6 @@ def _copy(value: Any, depth: int) -> Any:
     if isinstance(value, (list, tuple)):
         return [_copy(item, depth + 1) for item in value]
     return value
-
-
-def _unique(messages: List[str]) -> Tuple[str, ...]:
-    return tuple(dict.fromkeys(messages))
 
 
 def _one_line(text: str) -> str:

@@ -197,8 +197,7 @@ def read_role(main_key: str, section: Any, draft: Draft, gp: GlobalSettings) -> 
         if out.selects_any:
             draft.warn(f"{out.selection_key} is set but {key}.enable is false, so this role is "
                        "not profiled")
-        out = dataclasses.replace(out, ranks=(), all_ranks=False)
-        return out
+        return dataclasses.replace(out, ranks=(), all_ranks=False)
     if block.get("enable") is not None and not out.selects_any:
         out = _enabled_without_ranks(out, key, draft)
     if contents is not None:

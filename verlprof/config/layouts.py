@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from verlprof.config import (
     global_profiler,
     profiler_block,
+    topology,
     verl_keys,
     verl_pools,
     verl_release,
@@ -243,12 +244,12 @@ def _read_teachers(raw: Mapping[Any, Any], draft: Draft,
     """Each distillation teacher's ``inference.profiler`` block selects its replicas (GPU
     ranks of the teacher's pool); a teacher without one is not profiled."""
     selections = {}
-    distillation = verl_pools.section(raw, "distillation")
-    models = verl_pools.section(distillation, "teacher_models")
+    distillation = topology.section(raw, "distillation")
+    models = topology.section(distillation, "teacher_models")
     if distillation.get("enabled") is not True:
         for name in models:  # a selection nothing will run: say so
-            inference = verl_pools.section(verl_pools.section(models, name), "inference")
-            block = verl_pools.section(inference, "profiler")
+            inference = topology.section(topology.section(models, name), "inference")
+            block = topology.section(inference, "profiler")
             if any(block.get(k) for k in ("enable", "ranks", "all_ranks")):
                 draft.warn(f"distillation.teacher_models.{name}.inference.profiler: "
                            "distillation.enabled is not true, so no teacher runs and this "

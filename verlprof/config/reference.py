@@ -274,8 +274,7 @@ _TYPE_WORDS = {
 
 def yaml_type(annotation: str) -> str:
     """A Python annotation in YAML words: ``Tuple[int, ...]`` → ``list of int``."""
-    node = ast.parse(annotation, mode="eval").body
-    return _type_words(node)
+    return _type_words(ast.parse(annotation, mode="eval").body)
 
 
 def _type_words(node: ast.expr) -> str:
@@ -301,10 +300,6 @@ def _is_text_choice(value: Any) -> bool:
     """True for a ``Literal`` of strings."""
     return (typing.get_origin(value) is Literal
             and all(isinstance(arg, str) for arg in typing.get_args(value)))
-
-
-def _default_text(f: FieldDoc, keys: Keys) -> str:
-    return keys.notes.default or f"`{f.default}`"
 
 
 def _md_doc(text: str) -> str:
@@ -357,8 +352,8 @@ def render(path: str = SCHEMA_PATH) -> str:
 
 def _render_field(f: FieldDoc, keys: Keys) -> List[str]:
     notes = keys.notes
-    out = [f"### `{keys.seed}`", ""]
-    out.append(f"- type: {yaml_type(f.annotation)}; default: {_default_text(f, keys)}")
+    out = [f"### `{keys.seed}`", "",
+           f"- type: {yaml_type(f.annotation)}; default: {notes.default or f'`{f.default}`'}"]
     if notes.verl_profiler:
         out.append(f"- verl 2025-06/07 layout: {notes.verl_profiler}")
     if notes.global_profiler:

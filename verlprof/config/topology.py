@@ -134,22 +134,22 @@ class Topology:
     @classmethod
     def from_trainer_config(cls, cfg: Mapping[str, Any]) -> Topology:
         """Derive groups and sizes from a verl-style trainer config (a plain nested dict)."""
-        trainer = _section(cfg, "trainer")
+        trainer = section(cfg, "trainer")
         default_size = _size(trainer, "trainer", default=1)
-        hybrid = _section(cfg, "actor_rollout_ref").get("hybrid_engine", True)
+        hybrid = section(cfg, "actor_rollout_ref").get("hybrid_engine", True)
         if not isinstance(hybrid, bool):
             raise ConfigError("actor_rollout_ref.hybrid_engine",
                               f"must be true or false, got {hybrid!r}")
         cuda = device_is_cuda(trainer)
         sizes: Dict[str, int] = {}
-        arr_size = _size(_section(cfg, "actor_rollout_ref"), "actor_rollout_ref", default_size)
+        arr_size = _size(section(cfg, "actor_rollout_ref"), "actor_rollout_ref", default_size)
         for name in ((HYBRID_GROUP,) if hybrid else HYBRID_ROLES):
             sizes[name] = arr_size
-        for name, (_, section) in _STANDALONE.items():
-            block = _section(cfg, section)
+        for name, (_, key) in _STANDALONE.items():
+            block = section(cfg, key)
             if block.get("enable", True) is False:
                 continue
-            sizes[name] = _size(block, section, default_size)
+            sizes[name] = _size(block, key, default_size)
         return cls.of(sizes, cuda=cuda, hybrid_engine=hybrid)
 
 
@@ -168,8 +168,9 @@ def _group_roles(hybrid_engine: bool) -> Dict[str, Tuple[str, ...]]:
     return roles
 
 
-def _section(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = cfg.get(key) if isinstance(cfg, Mapping) else None
+def section(node: Any, key: str) -> Mapping[Any, Any]:
+    """``node[key]`` where both are mappings, else an empty one (a config read as written)."""
+    value = node.get(key) if isinstance(node, Mapping) else None
     return value if isinstance(value, Mapping) else {}
 
 

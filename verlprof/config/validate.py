@@ -22,7 +22,7 @@ import keyword
 import math
 import re
 import string
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from verlprof.config.options import validate_options
 from verlprof.config.schema import ROLES
@@ -68,7 +68,7 @@ def mapping(value: Any, key: str) -> Dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(key, f"must be a mapping, got {_type(value)}")
+        raise ConfigError(key, f"must be a mapping, got {type(value).__name__}")
     return dict(value)
 
 
@@ -106,9 +106,7 @@ def boolean(value: Any, key: str, default: bool = False) -> bool:
 
 def optional_boolean(value: Any, key: str) -> Optional[bool]:
     """A boolean or ``null`` (kept as None: "decide at run time")."""
-    if value is None:
-        return None
-    return boolean(value, key)
+    return None if value is None else boolean(value, key)
 
 
 def text(value: Any, key: str, *, default: Optional[str] = None) -> str:
@@ -293,27 +291,12 @@ def environment(value: Any, key: str) -> Dict[str, str]:
     return out
 
 
-def check_combination(continuous: bool, continuous_key: str,
-                      discrete_keys: Iterable[Tuple[bool, str]]) -> None:
-    """Continuous windows span several steps; discrete mode opens one per phase call: not both."""
-    if not continuous:
-        return
-    for discrete, discrete_key in discrete_keys:
-        if discrete:
-            raise ConfigError(continuous_key, f"cannot be true while {discrete_key} is true "
-                                              "(discrete mode opens one window per phase call)")
-
-
 def _sequence(value: Any, key: str, what: str) -> Sequence[Any]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise ConfigError(key, f"must be {what}, got {show(value)}")
     return value
-
-
-def _type(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def show(value: Any) -> str:
@@ -331,8 +314,12 @@ def check_draft(draft: Draft) -> None:
     are silently meaningless (ranks without steps, steps without ranks, steps while disabled).
     """
     roles = draft.roles.values()
-    check_combination(draft.config.continuous_steps, draft.continuous_key,
-                      [(r.discrete, r.discrete_key) for r in roles])
+    # continuous windows span several steps; discrete mode opens one per phase call: not both
+    discrete = next((r for r in roles if r.discrete), None)
+    if draft.config.continuous_steps and discrete is not None:
+        raise ConfigError(draft.continuous_key, f"cannot be true while {discrete.discrete_key} "
+                                                "is true (discrete mode opens one window per "
+                                                "phase call)")
     if not draft.config.steps:
         state = "empty" if draft.steps_given else "null"
         for role in roles:

@@ -44,6 +44,7 @@ from verlprof.config.topology import (
     Topology,
     bounded_world_size,
     device_is_cuda,
+    section,
 )
 from verlprof.config.verl_release import VerlTraits
 from verlprof.errors import ConfigError
@@ -316,9 +317,3 @@ def _pool_size(block: Mapping[Any, Any], prefix: str, default: int) -> int:
 
 def _flag(block: Mapping[Any, Any], name: str, prefix: str) -> bool:
     return v.boolean(block.get(name), f"{prefix}.{name}")
-
-
-def section(node: Any, key: str) -> Mapping[Any, Any]:
-    """``node[key]`` where both are mappings, else an empty one (a config read as written)."""
-    value = node.get(key) if isinstance(node, Mapping) else None
-    return value if isinstance(value, Mapping) else {}

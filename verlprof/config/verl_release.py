@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, get_args
 
+from verlprof.config.topology import section
 from verlprof.records import VerlRelease
 
 RELEASES: Tuple[VerlRelease, ...] = get_args(VerlRelease)
@@ -62,14 +63,10 @@ class VerlTraits:
 
     release: VerlRelease
     """The release recognised."""
-    marker: str
-    """The key that identified it (named in messages and by ``verlprof plan``)."""
     phases: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
     """Per role, the methods this release's workers annotate and the trainer calls each step:
     one discrete window each (rollout's ``generate_sequences`` only while the trainer still
     calls it, i.e. before 0.7.0 and with ``rollout.mode: sync``)."""
-    has_enable: bool = True
-    """Role blocks have ``enable`` (0.6.0+)."""
     enable_picks_rank0: bool = False
     """``enable: true`` with no ranks selects rank 0 (0.8.0+); before, no rank."""
     rollout_follows_actor: bool = False
@@ -94,23 +91,22 @@ class VerlTraits:
 def detect(raw: Mapping[Any, Any], layout: str) -> VerlTraits:
     """The release of a config in verl's ``layout`` (``verl_profiler`` or
     ``verl_global_profiler``), with its semantics for this config."""
-    release, marker = _recognise(raw, layout)
-    arr = _section(raw, "actor_rollout_ref")
-    legacy_impl = _section(raw, "trainer").get("use_legacy_worker_impl")
-    strategy = _section(arr, "actor").get("strategy", "fsdp")
-    reward_loop = _section(raw, "reward_model").get("use_reward_loop") is True
+    release = _recognise(raw, layout)
+    arr = section(raw, "actor_rollout_ref")
+    legacy_impl = section(raw, "trainer").get("use_legacy_worker_impl")
+    strategy = section(arr, "actor").get("strategy", "fsdp")
+    reward_loop = section(raw, "reward_model").get("use_reward_loop") is True
     phases = dict(_ENGINE_PHASES if release in ("0.8.0", "0.9.0", "0.9.1") else _LEGACY_PHASES)
     if release not in ("0.4.1", "0.5.0", "0.6.0") or (
-            _section(arr, "rollout").get("mode") == "async"):
+            section(arr, "rollout").get("mode") == "async"):
         phases["rollout"] = ()  # generation goes through the async rollout servers
-    if release == "0.7.0" and legacy_impl == "disable" and _section(raw, "critic").get(
+    if release == "0.7.0" and legacy_impl == "disable" and section(raw, "critic").get(
             "strategy", "fsdp") in ("fsdp", "fsdp2"):
         phases["critic"] = ()  # 0.7.0's engine TrainingWorker annotates nothing
     if release == "0.7.0" and reward_loop:
         phases["rm"] = ()
     return VerlTraits(
-        release=release, marker=marker, phases=phases,
-        has_enable=release not in ("0.4.1", "0.5.0"),
+        release=release, phases=phases,
         enable_picks_rank0=release in ("0.8.0", "0.9.0", "0.9.1"),
         rollout_follows_actor=release not in ("0.4.1", "0.5.0"),
         ref_follows_actor=release in ("0.8.0", "0.9.0", "0.9.1") or (
@@ -121,52 +117,36 @@ def detect(raw: Mapping[Any, Any], layout: str) -> VerlTraits:
         torch_broken=release in ("0.6.0", "0.7.0"))
 
 
-def _recognise(raw: Mapping[Any, Any], layout: str) -> Tuple[VerlRelease, str]:
-    arr = _section(raw, "actor_rollout_ref")
+def _recognise(raw: Mapping[Any, Any], layout: str) -> VerlRelease:
+    """The newest release some key of ``raw`` belongs to."""
     if layout != "verl_global_profiler":
-        if isinstance(arr.get("profiler"), Mapping):
-            return "0.5.0", "actor_rollout_ref.profiler"
-        return "0.4.1", "trainer.profile_steps and per-role profiler blocks"
-    gp = _section(raw, "global_profiler")
-    for key in FINISH_HOOK_KEYS:
-        if key in gp:
-            return "0.9.1", f"global_profiler.{key}"
-    memory = _section(_section(gp, "global_tool_config"), "torch_memory")
-    if "memory_snapshot_num_steps" in memory:
-        return "0.9.1", "global_profiler.global_tool_config.torch_memory.memory_snapshot_num_steps"
-    tools = {role: _section(_role_block(raw, role), "tool_config") for role in ROLE_PROFILER_BLOCKS}
-    for role, tool_config in tools.items():
-        for name in ("schedule", "profile_token_start", "profile_token_end"):
-            if name in _section(tool_config, "torch"):
-                return "0.9.0", f"{ROLE_PROFILER_BLOCKS[role]}.tool_config.torch.{name}"
-    if "use_v1" in _section(raw, "trainer"):
-        return "0.9.0", "trainer.use_v1"
-    if isinstance(_section(raw, "reward").get("reward_model"), Mapping):
-        return "0.8.0", "reward.reward_model"
-    if isinstance(raw.get("distillation"), Mapping):
-        return "0.8.0", "distillation"
-    for role, tool_config in tools.items():
-        if "contents" in _section(tool_config, "torch") or "precision_debugger" in tool_config:
-            name = "torch.contents" if "contents" in _section(tool_config, "torch") \
-                else "precision_debugger"
-            return "0.8.0", f"{ROLE_PROFILER_BLOCKS[role]}.tool_config.{name}"
-    if "use_reward_loop" in _section(raw, "reward_model"):
-        return "0.7.0", "reward_model.use_reward_loop"
-    if isinstance(raw.get("transfer_queue"), Mapping):
-        return "0.7.0", "transfer_queue"
-    return "0.6.0", "global_profiler (no key of a later release)"
+        profiler = section(raw, "actor_rollout_ref").get("profiler")
+        return "0.5.0" if isinstance(profiler, Mapping) else "0.4.1"
+    gp = section(raw, "global_profiler")
+    memory = section(section(gp, "global_tool_config"), "torch_memory")
+    if any(key in gp for key in FINISH_HOOK_KEYS) or "memory_snapshot_num_steps" in memory:
+        return "0.9.1"
+    tools = [section(_role_block(raw, role), "tool_config") for role in ROLE_PROFILER_BLOCKS]
+    torch = [section(tool_config, "torch") for tool_config in tools]
+    if "use_v1" in section(raw, "trainer") or any(
+            name in t for t in torch for name in ("schedule", "profile_token_start",
+                                                  "profile_token_end")):
+        return "0.9.0"
+    if isinstance(section(raw, "reward").get("reward_model"), Mapping) \
+            or isinstance(raw.get("distillation"), Mapping):
+        return "0.8.0"
+    if any("contents" in t for t in torch) or any("precision_debugger" in t for t in tools):
+        return "0.8.0"
+    if "use_reward_loop" in section(raw, "reward_model"):
+        return "0.7.0"
+    return "0.7.0" if isinstance(raw.get("transfer_queue"), Mapping) else "0.6.0"
 
 
 def _role_block(raw: Mapping[Any, Any], role: str) -> Mapping[Any, Any]:
     node: Any = raw
     for part in ROLE_PROFILER_BLOCKS[role].split("."):
-        node = _section(node, part)
+        node = section(node, part)
     return node
-
-
-def _section(node: Any, key: str) -> Mapping[Any, Any]:
-    value = node.get(key) if isinstance(node, Mapping) else None
-    return value if isinstance(value, Mapping) else {}
 
 
 def role_of_method(method: str) -> Optional[str]:
