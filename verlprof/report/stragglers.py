@@ -40,10 +40,6 @@ class Straggler:
     host: str = ""
 
     @property
-    def excess_ns(self) -> int:
-        return self.duration_ns - self.others_median_ns
-
-    @property
     def name(self) -> str:
         return f"{self.role}/{self.phase}"
 
