@@ -52,6 +52,7 @@ from verlprof.report.model import (
 )
 from verlprof.report.names import entries_with_stand_ins, records_with_stand_ins
 from verlprof.report.progress import Progress
+from verlprof.report.table import group_by
 
 STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
@@ -327,9 +328,8 @@ def _assign_steps(entry: ReportEntry, ranges: Sequence[RawRange], marks: Sequenc
 
 def _by_occurrence(ranges: Sequence[RawRange], steps: Sequence[int]) -> List[Optional[int]]:
     """k-th call of a name → k-th step, for names called exactly once per step."""
-    order: Dict[str, List[int]] = {}
-    for idx in sorted(range(len(ranges)), key=lambda j: ranges[j].start_ns):
-        order.setdefault(ranges[idx].name, []).append(idx)
+    order = group_by(sorted(range(len(ranges)), key=lambda j: ranges[j].start_ns),
+                     lambda j: ranges[j].name)
     out: List[Optional[int]] = [None] * len(ranges)
     for indices in order.values():
         if len(indices) == len(steps):

@@ -12,6 +12,7 @@ were stragglers and the slowest ranks by name (``r7!`` when flagged).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -51,10 +52,7 @@ def ms(ns: Optional[float], digits: int = 1) -> str:
 
 def per_rank_fits(rows: Sequence[PhaseRow]) -> bool:
     """Whether every cell has few enough ranks for one column per rank."""
-    counts: Dict[tuple, int] = {}
-    for row in rows:
-        key = (row.step, row.group, row.role, row.phase)
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter((row.step, row.group, row.role, row.phase) for row in rows)
     return max(counts.values(), default=0) <= MANY_RANKS
 
 
