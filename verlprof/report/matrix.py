@@ -91,13 +91,13 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
             line = [Cell(group if group != previous else ""), Cell(label)]
             previous = group
             for rank in rank_cols:
-                row = members.get(rank)
-                if row is None:
+                member = members.get(rank)
+                if member is None:
                     line.append(Cell(""))
                     continue
                 mark = "!" if (step, group, role, phase, rank) in flagged else ""
-                calls = f" ×{row.calls}" if row.calls > 1 else ""
-                line.append(Cell(ms(row.duration_ns) + calls + mark, bool(mark)))
+                calls = f" ×{member.calls}" if member.calls > 1 else ""
+                line.append(Cell(ms(member.duration_ns) + calls + mark, bool(mark)))
             spread = spread_of[(step, group, role, phase)]
             # one rank's time is already in its own column in the per-rank view; the compact
             # view has no column per rank, so there its distribution is the only place for it
