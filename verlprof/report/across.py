@@ -10,11 +10,11 @@ stragglers themselves are grouped by rank: a rank that straggles in every step i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from verlprof.report.matrix import Cell, StepTable, ms
 from verlprof.report.stragglers import Straggler
-from verlprof.report.table import PhaseRow, group_order, median, phase_order, quantile
+from verlprof.report.table import PhaseRow, group_by, group_order, median, phase_order, quantile
 
 ACROSS_HEADER = ("group", "phase", "steps", "median", "p5", "p95", "max", "first", "last",
                  "slowest", "stragglers")
@@ -49,9 +49,7 @@ def profiled_steps(rows: Sequence[PhaseRow]) -> List[int]:
 
 def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> StepTable:
     """The across-steps table (``step`` 0: it belongs to no step)."""
-    cells: Dict[tuple, List[PhaseRow]] = {}
-    for row in rows:
-        cells.setdefault((row.group, row.role, row.phase), []).append(row)
+    cells = group_by(rows, lambda r: (r.group, r.role, r.phase))
     flagged = {(s.step, s.group, s.role, s.phase, s.rank) for s in stragglers}
     lines = []
     previous = None
@@ -59,9 +57,7 @@ def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> S
                                                            phase_order(k[2]), k[1])):
         members = cells[(group, role, phase)]
         ordered = sorted(r.duration_ns for r in members)
-        by_step: Dict[int, List[int]] = {}
-        for r in members:
-            by_step.setdefault(r.step, []).append(r.duration_ns)
+        by_step = group_by(members, lambda r: r.step)
         steps = sorted(by_step)
         slow = max(members, key=lambda r: (r.duration_ns, -r.step, -r.rank))
         slow_flag = (slow.step, group, role, phase, slow.rank) in flagged
@@ -73,8 +69,8 @@ def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> S
             Cell(group if group != previous else ""), Cell(label), Cell(str(len(steps))),
             Cell(ms(median(ordered))), Cell(ms(quantile(ordered, 0.05))),
             Cell(ms(quantile(ordered, 0.95))), Cell(ms(ordered[-1])),
-            Cell(ms(median(by_step[steps[0]]))),
-            Cell(ms(median(by_step[steps[-1]]))),
+            Cell(ms(median([r.duration_ns for r in by_step[steps[0]]]))),
+            Cell(ms(median([r.duration_ns for r in by_step[steps[-1]]]))),
             Cell(f"s{slow.step} r{slow.rank}" + ("!" if slow_flag else ""), slow_flag),
             Cell(f"{count} in {in_steps} step{'' if in_steps == 1 else 's'}" if count else "",
                  bool(count))))
@@ -87,9 +83,7 @@ def across_table(rows: Sequence[PhaseRow], stragglers: Sequence[Straggler]) -> S
 
 def stragglers_by_rank(stragglers: Sequence[Straggler]) -> List[RankStraggler]:
     """Stragglers grouped by (group, role, phase, rank), most steps first."""
-    groups: Dict[tuple, List[Straggler]] = {}
-    for s in stragglers:
-        groups.setdefault((s.group, s.role, s.phase, s.rank), []).append(s)
+    groups = group_by(stragglers, lambda s: (s.group, s.role, s.phase, s.rank))
     out = [RankStraggler(group=g, role=r, phase=p, rank=rank, host=members[0].host,
                          steps=tuple(sorted(s.step for s in members)),
                          worst_ratio=max(s.ratio for s in members))

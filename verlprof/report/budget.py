@@ -5,8 +5,8 @@ quarter of a 16 GB laptop) bounds the readers' memory together. What one reader 
 
 * an nsys report: :data:`NSYS_READER_BYTES`, whatever its size. Its ``nsys export`` child stays
   near 50 MB (measured at 1-100 MB reports), and the reader aggregates inside SQLite through a
-  page cache of fixed size (:data:`SQLITE_CACHE_KIB`, main and temporary database), keeping
-  only verlprof's own ranges in Python;
+  page cache of fixed size (:data:`~verlprof.backends.nsys.gpu_sql.DEFAULT_CACHE_KIB`, main and
+  temporary database), keeping only verlprof's own ranges in Python;
 * a torch trace: the whole JSON is parsed, about :data:`TORCH_BYTES_PER_BYTE` times its
   uncompressed size (read from the gzip trailer). One that cannot fit the budget alone is
   refused with one line saying its size and what to do, and the other reports are read.
@@ -24,7 +24,6 @@ from typing import Optional
 
 BUDGET_ENV = "VERLPROF_MEMORY_BUDGET"
 DEFAULT_BUDGET = 4 << 30
-SQLITE_CACHE_KIB = 32 * 1024
 NSYS_READER_BYTES = 192 << 20
 """One nsys reader: two SQLite page caches (2 x 32 MiB), the ``nsys export`` child (~55 MB)
 and headroom for Python's share (its ranges, the interpreter's per-thread state)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Dict, List, Optional, Sequence
+from collections import Counter
+from typing import List, Optional, Sequence
 
 from verlprof.report.across import across_table, profiled_steps
 from verlprof.report.findings import Summary
@@ -77,9 +78,7 @@ def _md_step(table: StepTable) -> List[str]:
 
 def render_md(summary: Summary) -> str:
     s = summary
-    counts: Dict[str, int] = {}
-    for entry in s.manifest.reports:
-        counts[entry.status] = counts.get(entry.status, 0) + 1
+    counts = Counter(entry.status for entry in s.manifest.reports)
     lines = ["# verlprof summary", "",
              f"- output dir: {md_text(s.output_dir)}",
              f"- tool: {md_text(s.manifest.tool)}; reports: {len(s.manifest.reports)} "

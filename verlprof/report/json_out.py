@@ -25,8 +25,6 @@ from verlprof.report.findings import Summary
 SCHEMA_NAME = "verlprof.report"
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "summary.schema.json")
-REPORT_STATUSES = ("ok", "missing", "incomplete", "unreadable", "skipped")
-"""A report's status in the JSON: the manifest's, or what reading it found."""
 
 
 def _ms(ns: Optional[int]) -> Optional[float]:

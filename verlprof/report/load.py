@@ -52,6 +52,7 @@ from verlprof.report.model import (
 )
 from verlprof.report.names import entries_with_stand_ins, records_with_stand_ins
 from verlprof.report.progress import Progress
+from verlprof.report.table import group_by
 
 STEP_PREFIX = "step/"
 """Controller range naming a training step: ``step/<n>``."""
@@ -111,15 +112,15 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
     todo = [i for i in needs if i not in refused]
     largest = max((needs[i].bytes for i in todo), default=1)
     jobs = jobs_for(largest, limit, len(todo), requested=jobs)
-    torch_bytes = _bytes([tasks[i] for i in todo if tasks[i].backend != "nsys"])
+    readable = [tasks[i] for i in todo]
     results: Dict[int, ReportData] = dict(refused)
     for i in refused:
         progress.advance(os.path.basename(tasks[i].path))
-    if jobs > 1 and torch_bytes >= POOL_MIN_BYTES:
-        results.update(_read_in_pool([tasks[i] for i in todo], todo, jobs, progress))
+    if jobs > 1 and _bytes([t for t in readable if t.backend != "nsys"]) >= POOL_MIN_BYTES:
+        results.update(_read_in_pool(readable, todo, jobs, progress))
     elif jobs > 1:
         with ThreadPoolExecutor(max_workers=jobs) as threads:
-            results.update(_read_with(threads, [tasks[i] for i in todo], todo, progress))
+            results.update(_read_with(threads, readable, todo, progress))
     else:
         for i in todo:
             results[i] = read_one(tasks[i])
@@ -167,13 +168,12 @@ def _read_with(executor: Executor, tasks: Sequence[ReadTask], keys: Sequence[int
                ) -> Dict[int, ReportData]:
     """Results by key as they finish (into ``keep`` too, so a pool that breaks midway
     leaves the finished ones behind)."""
-    futures = {executor.submit(read_one, task): key for key, task in zip(keys, tasks)}
+    futures = {executor.submit(read_one, task): (key, task) for key, task in zip(keys, tasks)}
     results: Dict[int, ReportData] = keep if keep is not None else {}
-    paths = {key: task.path for key, task in zip(keys, tasks)}
     for future in as_completed(futures):
-        key = futures[future]
+        key, task = futures[future]
         results[key] = future.result()
-        progress.advance(os.path.basename(paths[key]))
+        progress.advance(os.path.basename(task.path))
     return results
 
 
@@ -327,9 +327,8 @@ def _assign_steps(entry: ReportEntry, ranges: Sequence[RawRange], marks: Sequenc
 
 def _by_occurrence(ranges: Sequence[RawRange], steps: Sequence[int]) -> List[Optional[int]]:
     """k-th call of a name → k-th step, for names called exactly once per step."""
-    order: Dict[str, List[int]] = {}
-    for idx in sorted(range(len(ranges)), key=lambda j: ranges[j].start_ns):
-        order.setdefault(ranges[idx].name, []).append(idx)
+    order = group_by(sorted(range(len(ranges)), key=lambda j: ranges[j].start_ns),
+                     lambda j: ranges[j].name)
     out: List[Optional[int]] = [None] * len(ranges)
     for indices in order.values():
         if len(indices) == len(steps):

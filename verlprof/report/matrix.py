@@ -12,6 +12,7 @@ were stragglers and the slowest ranks by name (``r7!`` when flagged).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -51,10 +52,7 @@ def ms(ns: Optional[float], digits: int = 1) -> str:
 
 def per_rank_fits(rows: Sequence[PhaseRow]) -> bool:
     """Whether every cell has few enough ranks for one column per rank."""
-    counts: Dict[tuple, int] = {}
-    for row in rows:
-        key = (row.step, row.group, row.role, row.phase)
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter((row.step, row.group, row.role, row.phase) for row in rows)
     return max(counts.values(), default=0) <= MANY_RANKS
 
 
@@ -77,7 +75,7 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
         cell = by_step.setdefault(row.step, {}).setdefault((row.group, row.role, row.phase), {})
         cell[row.rank] = row
     rank_cols = ranks if per_rank else []
-    header = ["group", "phase"] + ([f"r{rank}" for rank in rank_cols] if per_rank else
+    header = ["group", "phase"] + ([f"r{rank}" for rank in ranks] if per_rank else
                                    ["ranks"]) + ["min", "median"]
     header += ["max"] if per_rank else ["p95", "max", "stragglers", "slowest"]
     if gpu:
@@ -97,24 +95,21 @@ def step_tables(rows: Sequence[PhaseRow], spreads: Sequence[Spread],
                 if member is None:
                     line.append(Cell(""))
                     continue
-                row = member
                 mark = "!" if (step, group, role, phase, rank) in flagged else ""
-                calls = f" ×{row.calls}" if row.calls > 1 else ""
-                line.append(Cell(ms(row.duration_ns) + calls + mark, bool(mark)))
+                calls = f" ×{member.calls}" if member.calls > 1 else ""
+                line.append(Cell(ms(member.duration_ns) + calls + mark, bool(mark)))
             spread = spread_of[(step, group, role, phase)]
             # one rank's time is already in its own column in the per-rank view; the compact
             # view has no column per rank, so there its distribution is the only place for it
-            many = len(spread.ranks) > 1 or not per_rank
-            if not per_rank:
-                line.append(Cell(str(len(spread.ranks))))
-            line += [Cell(ms(spread.min_ns) if many else ""),
-                     Cell(ms(spread.median_ns) if many else "")]
             if per_rank:
-                line.append(Cell(ms(spread.max_ns) if many else ""))
+                many = len(spread.ranks) > 1
+                line += [Cell(ms(ns) if many else "")
+                         for ns in (spread.min_ns, spread.median_ns, spread.max_ns)]
             else:
-                line += [Cell(ms(spread.p95_ns) if many else ""),
-                         Cell(ms(spread.max_ns) if many else "")]
-                line += _slowest_cells(spread, flagged) if many else [Cell(""), Cell("")]
+                line.append(Cell(str(len(spread.ranks))))
+                line += [Cell(ms(ns)) for ns in (spread.min_ns, spread.median_ns,
+                                                 spread.p95_ns, spread.max_ns)]
+                line += _slowest_cells(spread, flagged)
             if gpu:
                 kern = [r.kernel_ns for r in members.values() if r.kernel_ns is not None]
                 count = [r.kernel_count for r in members.values() if r.kernel_count is not None]

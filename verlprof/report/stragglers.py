@@ -13,9 +13,9 @@ others is flagged: one slow node's 8 ranks are 8 stragglers, not 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
-from verlprof.report.table import MANY_RANKS, PhaseRow, group_order, phase_order
+from verlprof.report.table import MANY_RANKS, PhaseRow, group_by, group_order, phase_order
 
 DEFAULT_THRESHOLD = 1.5
 """Flag when slowest > threshold × median of the other ranks..."""
@@ -40,10 +40,6 @@ class Straggler:
     host: str = ""
 
     @property
-    def excess_ns(self) -> int:
-        return self.duration_ns - self.others_median_ns
-
-    @property
     def name(self) -> str:
         return f"{self.role}/{self.phase}"
 
@@ -56,9 +52,7 @@ def find_stragglers(rows: Sequence[PhaseRow], threshold: float = DEFAULT_THRESHO
     if min_excess_ms < 0:
         raise ValueError(f"straggler minimum excess must be >= 0 ms, got {min_excess_ms}")
     min_excess_ns = int(min_excess_ms * 1e6)
-    cells: Dict[tuple, List[PhaseRow]] = {}
-    for row in rows:
-        cells.setdefault((row.step, row.group, row.role, row.phase), []).append(row)
+    cells = group_by(rows, lambda r: (r.step, r.group, r.role, r.phase))
     out = []
     for (step, group, role, phase), members in cells.items():
         if len(members) < 2:

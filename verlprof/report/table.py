@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord
 
@@ -48,10 +48,6 @@ class PhaseRow:
     report_path: str = ""
     """Report of the first call (relative to output_dir)."""
 
-    @property
-    def name(self) -> str:
-        return f"{self.role}/{self.phase}"
-
 
 @dataclass(frozen=True)
 class Spread:
@@ -71,9 +67,17 @@ class Spread:
     slowest_ranks: Tuple[int, ...] = ()
     """Up to :data:`SLOWEST_SHOWN` ranks, slowest first."""
 
-    @property
-    def name(self) -> str:
-        return f"{self.role}/{self.phase}"
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+def group_by(items: Iterable[T], key: Callable[[T], K]) -> Dict[K, List[T]]:
+    """``items`` in lists by ``key``, keys and lists in the order met."""
+    out: Dict[K, List[T]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
 
 
 def median(values: Sequence[float]) -> float:
@@ -109,9 +113,7 @@ def row_key(row: PhaseRow) -> tuple:
 
 def build_rows(records: Sequence[PhaseRecord]) -> List[PhaseRow]:
     """Sum the calls of each (step, group, rank, role, phase)."""
-    cells: Dict[tuple, List[PhaseRecord]] = {}
-    for rec in records:
-        cells.setdefault((rec.step, rec.group, rec.rank, rec.role, rec.phase), []).append(rec)
+    cells = group_by(records, lambda r: (r.step, r.group, r.rank, r.role, r.phase))
     rows = []
     for (step, group, rank, role, phase), recs in cells.items():
         recs.sort(key=lambda r: r.start_ns)
@@ -128,9 +130,7 @@ def build_rows(records: Sequence[PhaseRecord]) -> List[PhaseRow]:
 
 def build_spreads(rows: Sequence[PhaseRow]) -> List[Spread]:
     """Min/median/max across ranks for every cell that ran on at least one rank."""
-    cells: Dict[tuple, List[PhaseRow]] = {}
-    for row in rows:
-        cells.setdefault((row.step, row.group, row.role, row.phase), []).append(row)
+    cells = group_by(rows, lambda r: (r.step, r.group, r.role, r.phase))
     out = []
     for (step, group, role, phase), members in cells.items():
         members.sort(key=lambda r: r.rank)

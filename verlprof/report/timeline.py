@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Sequence, Tuple, TypeVar, Union
 
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord, StepSpan, Window
 from verlprof.report.stragglers import Straggler
@@ -154,7 +154,7 @@ def build_timeline(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],
             if (w.group, w.rank) in index]
     for group in banded:  # the band's window: the union of its ranks' windows
         wins += [(index[(group, BAND_RANK)], sec(a), sec(b)) for a, b in
-                 _union([(w.start_ns, w.end_ns) for w in windows if w.group == group])]
+                 merged([(w.start_ns, w.end_ns) for w in windows if w.group == group])]
     spans = tuple((s.step, sec(s.start_ns), sec(s.end_ns)) for s in steps)
     ends = [b.end_s for b in bars] + [b.last_end_s for b in bands] + [w[2] for w in wins] + \
         [s[2] for s in spans]
@@ -194,9 +194,12 @@ def _band(key: tuple, spans: Dict[int, List[int]], lane: int, flagged: set, sec)
                 last_end_s=sec(ends[-1]), ranks=len(spans), stragglers=slow)
 
 
-def _union(intervals: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+T = TypeVar("T", int, float)
+
+
+def merged(intervals: Iterable[Tuple[T, T]]) -> List[Tuple[T, T]]:
     """Overlapping intervals merged, in order."""
-    out: List[Tuple[int, int]] = []
+    out: List[Tuple[T, T]] = []
     for a, b in sorted(intervals):
         if out and a <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], b))

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
-from verlprof.report.timeline import TimelineData
+from verlprof.report.timeline import TimelineData, merged
 from verlprof.safe_text import clip, visible
 
 WIDTH_PX = 1650
@@ -66,6 +66,13 @@ def lane_lines(text: str) -> List[str]:
     cut = max(shown.rfind(c, 0, LANE_LINE_CHARS) for c in " _./-")
     cut = cut + 1 if cut > LANE_LINE_CHARS // 2 else LANE_LINE_CHARS
     return [shown[:cut].rstrip(), clip(shown[cut:].lstrip(), LANE_LINE_CHARS)]
+
+
+def draw_lane_label(draw, text: str, right: int, middle: float, font) -> None:
+    """A lane's label (:func:`lane_lines`) ending at ``right``: two lines are 16 px apart."""
+    lines = lane_lines(text)
+    for line, dy in zip(lines, (0.0,) if len(lines) == 1 else (-8.0, 8.0)):
+        draw.text((right, middle + dy), line, fill=INK, font=font, anchor="rm")
 
 
 @dataclass(frozen=True)
@@ -121,17 +128,11 @@ def cut_axis(steps: Sequence[Tuple[int, float, float]], x_max: float, x0: int,
     """Breakpoints of a time axis on which every step keeps a width in proportion to its
     duration and the time before, between and after the steps takes :data:`GAP_PX` each;
     empty (a linear axis) when the steps already fill most of the time."""
-    spans = sorted((max(0.0, s), min(e, x_max)) for _, s, e in steps if e > s)
-    merged: List[List[float]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    busy = sum(e - s for s, e in merged)
-    if len(merged) < 2 or busy >= CUT_WHEN_STEPS_BELOW * x_max:
+    busy_spans = merged([(max(0.0, s), min(e, x_max)) for _, s, e in steps if e > s])
+    busy = sum(e - s for s, e in busy_spans)
+    if len(busy_spans) < 2 or busy >= CUT_WHEN_STEPS_BELOW * x_max:
         return ()
-    edges = [0.0] + [t for span in merged for t in span] + [x_max]
+    edges = [0.0] + [t for span in busy_spans for t in span] + [x_max]
     gaps = sum(1 for i in range(0, len(edges) - 1, 2) if edges[i + 1] > edges[i])
     scale = (x1 - x0 - GAP_PX * gaps) / busy
     knots, x = [(0.0, float(x0))], float(x0)
@@ -177,7 +178,6 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
     fonts = load_fonts()
     legend = _legend_entries(data)
     columns = _legend_columns(legend, fonts["small"])
-    lanes_shown = [lane_lines(lane) for lane in data.lanes]
     geo = layout(data)
     image = Image.new("RGB", (geo.width, geo.height), "white")
     draw = ImageDraw.Draw(image)
@@ -223,11 +223,8 @@ def write_png(data: TimelineData, path: str, title: str = "verlprof timeline") -
         for shift in (0, 1):  # drawn twice, 1 px apart: bold without a second font file
             draw.text((left + shift, y0 - 4), text, fill=INK, font=fonts["label"], anchor="ld")
     draw.rectangle((x0, y0, x1, y1), outline=INK)
-    for i, lines in enumerate(lanes_shown):
-        offsets = (0.0,) if len(lines) == 1 else (-8.0, 8.0)  # two lines: 16 px apart
-        for line, dy in zip(lines, offsets):
-            draw.text((x0 - 8, geo.lane_middle(i) + dy), line, fill=INK, font=fonts["label"],
-                      anchor="rm")
+    for i, name in enumerate(data.lanes):
+        draw_lane_label(draw, name, x0 - 8, geo.lane_middle(i), fonts["label"])
     for tick in ticks:
         x = round(x_of(tick))
         draw.line([(x, y1), (x, y1 + 4)], fill=INK)
@@ -281,18 +278,23 @@ def _draw_legend(draw, entries: Sequence[Tuple[str, str, str]], columns: int, ce
     if not entries:
         return
     column_w = _column_widths(entries, columns, font)
-    swatch, gap = LEGEND_SWATCH_PX
     x_start = centre - sum(column_w) // 2
     for i, (kind, colour, text) in enumerate(entries):
         row, column = divmod(i, columns)
-        x, y = x_start + sum(column_w[:column]), top + 20 * row
-        if kind == "line":
-            draw.line([(x, y + 7), (x + swatch, y + 7)], fill=colour, width=2)
-        elif kind == "outline":
-            draw.rectangle((x, y, x + swatch, y + 13), fill="white", outline=colour, width=2)
-        else:
-            draw.rectangle((x, y, x + swatch, y + 13), fill=colour)
-        draw.text((x + swatch + gap, y + 7), text, fill=INK, font=font, anchor="lm")
+        legend_entry(draw, kind, colour, text, x_start + sum(column_w[:column]), top + 20 * row,
+                     font)
+
+
+def legend_entry(draw, kind: str, colour: str, text: str, x: int, y: int, font) -> None:
+    """A swatch (``box``, ``outline`` or ``line``) at (x, y) and its label after it."""
+    swatch, gap = LEGEND_SWATCH_PX
+    if kind == "line":
+        draw.line([(x, y + 7), (x + swatch, y + 7)], fill=colour, width=2)
+    elif kind == "outline":
+        draw.rectangle((x, y, x + swatch, y + 13), fill="white", outline=colour, width=2)
+    else:
+        draw.rectangle((x, y, x + swatch, y + 13), fill=colour)
+    draw.text((x + swatch + gap, y + 7), text, fill=INK, font=font, anchor="lm")
 
 
 def _dashed_vline(draw, x: int, y0: int, y1: int, colour: str, on: int = 6,

@@ -15,7 +15,7 @@ Names are data: labels are drawn in their :func:`~verlprof.safe_text.visible` fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from verlprof.report.stragglers import Straggler
 from verlprof.report.table import Spread, group_order, phase_order
@@ -28,8 +28,10 @@ from verlprof.report.timeline_png import (
     RULE,
     STRAGGLER,
     WIDTH_PX,
+    draw_lane_label,
     label,
     lane_lines,
+    legend_entry,
     load_fonts,
     text_width,
     tint,
@@ -120,10 +122,7 @@ def write_steps_png(spreads: Sequence[Spread], stragglers: Sequence[Straggler],
             draw.rectangle((round(left) - 2, top - 2, round(right) + 1, geo.baseline(lane) + 2),
                            outline=STRAGGLER, width=2)
         middle = geo.y0 + LANE_PX * (lane + 0.5)
-        lines = lane_lines(lane_name(group, role, phase))  # whole, on two lines if long
-        for line, dy in zip(lines, (0.0,) if len(lines) == 1 else (-8.0, 8.0)):
-            draw.text((geo.x0 - 8, middle + dy), line, fill=INK, font=fonts["label"],
-                      anchor="rm")
+        draw_lane_label(draw, lane_name(group, role, phase), geo.x0 - 8, middle, fonts["label"])
         draw.text((geo.x1 + 8, middle), f"max {scale / 1e6:.1f} ms", fill=INK,
                   font=fonts["small"], anchor="lm")
     draw.rectangle((geo.x0, geo.y0, geo.x1, y1), outline=INK)
@@ -134,16 +133,12 @@ def write_steps_png(spreads: Sequence[Spread], stragglers: Sequence[Straggler],
         draw.text((x, y1 + 7), str(step), fill=INK, font=fonts["label"], anchor="mt")
     draw.text(((geo.x0 + geo.x1) // 2, y1 + 28), "profiled step (side by side, the time "
               "between steps left out)", fill=INK, font=fonts["label"], anchor="mt")
-    key: List[Tuple[Optional[str], str]] = [
-        (tint(BAND_KEY[0], 1.0), "median across ranks"),
-        (tint(BAND_KEY[0], BAND_SHARES[1]), "p95"),
-        (tint(BAND_KEY[0], BAND_SHARES[0]), "slowest rank"), (None, "a straggler")]
     x = geo.x0
-    for swatch, text in key:
-        box = (x, y1 + 56, x + 22, y1 + 69)
-        draw.rectangle(box, fill=swatch or "white", outline=None if swatch else STRAGGLER,
-                       width=0 if swatch else 2)
-        draw.text((x + 30, y1 + 63), text, fill=INK, font=fonts["small"], anchor="lm")
+    for kind, swatch, text in (("box", tint(BAND_KEY[0], 1.0), "median across ranks"),
+                               ("box", tint(BAND_KEY[0], BAND_SHARES[1]), "p95"),
+                               ("box", tint(BAND_KEY[0], BAND_SHARES[0]), "slowest rank"),
+                               ("outline", STRAGGLER, "a straggler")):
+        legend_entry(draw, kind, swatch, text, x, y1 + 56, fonts["small"])
         x += 30 + text_width(fonts["small"], text) + 28
     draw.text((geo.x0, 10), label(title, "title"), fill=INK, font=fonts["title"], anchor="lt")
     draw.text((geo.x0, 34), "each lane on its own scale: height = the phase's time in that step",

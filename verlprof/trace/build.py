@@ -160,12 +160,10 @@ class _Run:
         processes = ([m.controller] if m.controller is not None else []) + \
             sorted(m.processes, key=lambda p: (p.group, p.rank))
         known = {(p.group, p.rank): p for p in processes}
-        roles: Dict[Key, List[str]] = {}
+        roles: Dict[Key, Dict[str, None]] = {}  # each process's roles, in order, once each
         for e in self.entries:
-            roles.setdefault((e.group, e.rank), [])
-            for role in e.roles or ((e.role,) if e.role else ()):
-                if role not in roles[(e.group, e.rank)]:
-                    roles[(e.group, e.rank)].append(role)
+            roles.setdefault((e.group, e.rank), {}).update(
+                dict.fromkeys(e.roles or ((e.role,) if e.role else ())))
         keys = [k for k in known if k in roles or k == ("controller", 0)] + \
             sorted(k for k in roles if k not in known)
         for order, key in enumerate(keys):

@@ -29,8 +29,7 @@ from verlprof.backends.nsys.sqlite_pages import NotPlain
 from verlprof.backends.reading import ReportReadError
 from verlprof.trace.nvtx_pages import NvtxPages, Ranges
 from verlprof.trace.tracks import ProcessTracks
-from verlprof.trace.writer import NINE_BYTES as _NINE_BYTES
-from verlprof.trace.writer import TEN_BYTES as _TEN_BYTES
+from verlprof.trace.writer import NINE_BYTES, TEN_BYTES
 
 _LOW24 = 0xFFFFFF
 
@@ -140,7 +139,7 @@ class _Encoder:
         plain = (numbers >= 0) & (kind != EVENT_MARK) & ~is_open
         plain &= (finish - begin >= tracks.filters.min_duration_ns) & (finish >= lo) & \
             (begin <= hi)
-        fits = plain & (begin >= _NINE_BYTES) & (finish < _TEN_BYTES) & (finish >= begin)
+        fits = plain & (begin >= NINE_BYTES) & (finish < TEN_BYTES) & (finish >= begin)
         if fits.any():
             writer.plain_slices(numbers[fits], begin[fits], finish[fits])
         todo = ~fits & ((numbers < 0) | (kind == EVENT_MARK) | plain)

@@ -43,7 +43,6 @@ def _varint(value: int) -> bytes:
 _HIGH: Dict[int, bytes] = {}
 NINE_BYTES, TEN_BYTES = 1 << 56, 1 << 63
 """Times in ns since the epoch from 2002 to 2262 are varints of 9 bytes."""
-_NINE_BYTES, _TEN_BYTES = NINE_BYTES, TEN_BYTES
 
 
 def _timestamp(value: int) -> bytes:
@@ -86,20 +85,28 @@ def _annotation(name: str, value: Arg) -> bytes:
     return _bytes(4, body)  # TrackEvent.debug_annotations
 
 
+def _event(kind: int, track: int, name: str, category: str,
+           args: Optional[Mapping[str, Arg]]) -> bytes:
+    """A TrackEvent's type, track, name, category and arguments."""
+    event = _int(9, kind) + _int(11, track) + _text(23, name)
+    if category:
+        event += _text(22, category)
+    for key, value in (args or {}).items():
+        event += _annotation(key, value)
+    return event
+
+
 @dataclass
 class Written:
     """What a writer has put in its file so far."""
 
     bytes: int = 0
-    packets: int = 0
     slices: int = 0
-    instants: int = 0
-    tracks: int = 0
     processes: int = 0
 
     def add(self, other: Written) -> None:
         """Count ``other``'s (a part joined to this file) too."""
-        for name in ("bytes", "packets", "slices", "instants", "tracks", "processes"):
+        for name in ("bytes", "slices", "processes"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -135,7 +142,6 @@ class TraceWriter:
         record = b"\x0a" + _varint(len(payload)) + payload  # Trace.packet
         self._out.write(record)
         self.written.bytes += len(record)
-        self.written.packets += 1
 
     def process_track(self, uuid: int, pid: int, name: str, labels: Sequence[str] = (),
                       description: str = "", rank: Optional[int] = None) -> None:
@@ -148,7 +154,6 @@ class TraceWriter:
         if rank is not None:
             body += _int(12, rank)  # sibling_order_rank
         self._packet(_bytes(60, body))
-        self.written.tracks += 1
         self.written.processes += 1
 
     def child_track(self, uuid: int, parent: Optional[int], name: str, rank: int = 0,
@@ -161,7 +166,6 @@ class TraceWriter:
         if description:
             body += _text(14, description)
         self._packet(_bytes(60, body))
-        self.written.tracks += 1
 
     def slice(self, track: int, name: str, start_ns: int, end_ns: int, category: str = "",
               args: Optional[Mapping[str, Arg]] = None, flow_out: Optional[int] = None,
@@ -171,11 +175,7 @@ class TraceWriter:
         plain = not args and flow_out is None and flow_in is None
         begin = self._begins.get((track, name, category)) if plain else None
         if begin is None:
-            event = _int(9, SLICE_BEGIN) + _int(11, track) + _text(23, name)
-            if category:
-                event += _text(22, category)
-            for key, value in (args or {}).items():
-                event += _annotation(key, value)
+            event = _event(SLICE_BEGIN, track, name, category, args)
             if flow_out is not None:
                 event += _fixed64(47, flow_out)
             if flow_in is not None:
@@ -193,10 +193,8 @@ class TraceWriter:
         second = timed + _timestamp(max(start_ns, end_ns)) + end
         record = b"\x0a" + _varint(len(first)) + first + b"\x0a" + _varint(len(second)) + second
         self._out.write(record)
-        written = self.written
-        written.bytes += len(record)
-        written.packets += 2
-        written.slices += 1
+        self.written.bytes += len(record)
+        self.written.slices += 1
 
     def plain_slice(self, track: int, name: str, category: str, start_ns: int,
                     end_ns: int) -> None:
@@ -217,15 +215,13 @@ class TraceWriter:
             self._plain[(track, name, category)] = (head, middle, end,
                                                     len(head) + len(middle) + len(end) + 18)
             return
-        if not _NINE_BYTES <= start_ns <= end_ns < _TEN_BYTES:
+        if not NINE_BYTES <= start_ns <= end_ns < TEN_BYTES:
             self.slice(track, name, start_ns, end_ns, category)
             return
         head, middle, tail, size = parts
         self._out.write(head + _timestamp(start_ns) + middle + _timestamp(end_ns) + tail)
-        written = self.written
-        written.bytes += size
-        written.packets += 2
-        written.slices += 1
+        self.written.bytes += size
+        self.written.slices += 1
 
     def template(self, track: int, name: str, category: str) -> int:
         """A number for the plain ranges of (track, name, category), for :meth:`plain_slices`."""
@@ -236,7 +232,7 @@ class TraceWriter:
             saved, self.written = self.written, Written()
             scratch, self._out = self._out, _Discard()
             try:  # the parts of one range of it, as :meth:`plain_slice` keeps them
-                self.plain_slice(track, name, category, _NINE_BYTES, _NINE_BYTES)
+                self.plain_slice(track, name, category, NINE_BYTES, NINE_BYTES)
             finally:
                 self._out, self.written = scratch, saved
             head, middle, tail, _ = self._plain[key]
@@ -281,10 +277,8 @@ class TraceWriter:
         out[(offsets + pool.first[templates])[:, None] + nine] = _varints9(starts)
         out[(offsets + pool.second[templates])[:, None] + nine] = _varints9(ends)
         self._out.write(out.tobytes())
-        written = self.written
-        written.bytes += total
-        written.packets += 2 * len(templates)
-        written.slices += len(templates)
+        self.written.bytes += total
+        self.written.slices += len(templates)
 
     def mark(self) -> Tuple[int, Written]:
         """Where the file is now, for :meth:`rewind` (the file must be seekable)."""
@@ -300,13 +294,7 @@ class TraceWriter:
     def instant(self, track: int, name: str, at_ns: int, category: str = "",
                 args: Optional[Mapping[str, Arg]] = None) -> None:
         """A point in time on ``track`` (a step boundary, a gap without a window)."""
-        event = _int(9, INSTANT) + _int(11, track) + _text(23, name)
-        if category:
-            event += _text(22, category)
-        for key, value in (args or {}).items():
-            event += _annotation(key, value)
-        self._packet(_bytes(11, event), at_ns)
-        self.written.instants += 1
+        self._packet(_bytes(11, _event(INSTANT, track, name, category, args)), at_ns)
 
 
 class _Discard:
