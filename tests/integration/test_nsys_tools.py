@@ -414,7 +414,8 @@ def test_cuda_readers_on_2022_4_schema(one_window, tmp_path):
 def test_page_decoder_reads_a_real_export_as_sqlite_does(one_window):
     """Every table of an export written by nsys' own SQLite: each integer column decoded
     from the pages equals SQLite's reading; what it cannot decode exactly is refused."""
-    from verlprof.backends.nsys.sqlite_pages import NotPlain, read_columns
+    from tests.helpers import read_columns
+    from verlprof.backends.nsys.sqlite_pages import NotPlain
 
     sq = export_sqlite(one_window["dir"] / f"worker_{one_window['info']['pid']}.nsys-rep")
     con = sqlite3.connect(f"file:{sq}?mode=ro", uri=True)
