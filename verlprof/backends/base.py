@@ -105,12 +105,12 @@ class Backend:
     has_reader = False
     """Whether ``verlprof report`` can read its reports."""
     output_at_exit = False
-    time_windows = True
-    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
     """The tool writes one output per process, when the process exits, covering all its
     windows (rocprof-sys): the plan gives every window of a process the same report path,
     finalize records the entries as pending (:data:`PENDING_AT_EXIT`), and
     ``ProfileController.wait_for_profilers`` collects them after the workers exit."""
+    time_windows = True
+    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
 
     @property
     def extension(self) -> str:
