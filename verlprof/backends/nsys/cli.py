@@ -359,19 +359,17 @@ _OUTPUT_OPTS = ("-o", "--output")
 _FORCE_OPTS = ("-f", "--force-overwrite")
 
 
-def _strip_output_options(opts: Sequence[str]) -> List[str]:
+def strip_output_options(opts: Sequence[str]) -> List[str]:
+    """``opts`` without ``-o/--output`` and ``-f/--force-overwrite`` (and their values)."""
     out: List[str] = []
     skip = False
     for a in opts:
         if skip:
             skip = False
-            continue
-        if a in _OUTPUT_OPTS + _FORCE_OPTS:
+        elif a in _OUTPUT_OPTS + _FORCE_OPTS:
             skip = True
-            continue
-        if a.startswith(tuple(o + "=" for o in _OUTPUT_OPTS + _FORCE_OPTS)):
-            continue
-        out.append(a)
+        elif not a.startswith(tuple(o + "=" for o in _OUTPUT_OPTS + _FORCE_OPTS)):
+            out.append(a)
     return out
 
 
@@ -391,7 +389,7 @@ def dry_run(argv_prefix: Sequence[str], timeout_s: float = 30.0,
         if exe is None:
             return "nsys not found"
         prefix = [exe, "profile", *prefix]
-    head, opts = prefix[:2], _strip_output_options(prefix[2:])
+    head, opts = prefix[:2], strip_output_options(prefix[2:])
     app = list(app_argv) if app_argv is not None else [sys.executable, "-c", "pass"]
     with tempfile.TemporaryDirectory(prefix="verlprof-nsys-dry-") as tmp:
         argv = [*head, *opts, "-o", os.path.join(tmp, "dry_run_%p"), "-f", "true", *app]
