@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
@@ -152,3 +152,25 @@ def require_chromium() -> str:
         skip_or_fail(f"{msg} (`make chromium` installs it: scripts/install_chromium.sh)")
     assert exe is not None
     return exe
+
+
+def read_columns(conn: Any, path: str, table: str,
+                 columns: Sequence[str], pages_per_chunk: int = 1 << 30) -> Any:
+    """All rows of ``columns`` in one :class:`Chunk`: the page decoder as the tests compare it
+    with SQLite."""
+    import numpy as np
+
+    from verlprof.backends.nsys.sqlite_pages import Chunk, TablePages
+
+    pages = TablePages(conn, path, table, columns)
+    try:
+        parts = [pages.read(c) for c in pages.chunks(pages_per_chunk)]
+    finally:
+        pages.close()
+    if not parts:
+        return None
+    values = tuple(np.concatenate([p.values[j] for p in parts]) for j in range(len(columns)))
+    nulls = tuple(np.concatenate([p.nulls[j] if p.nulls[j] is not None
+                                  else np.zeros(len(p), dtype=bool) for p in parts])
+                  for j in range(len(columns)))
+    return Chunk(values=values, nulls=nulls)

@@ -25,7 +25,7 @@ def test_sqlite_path_for():
 def test_strip_output_options():
     opts = ["-t", "nvtx", "-o", "x", "--output=y", "-f", "true", "--force-overwrite=true",
             "--output", "z", "-c", "nvtx"]
-    assert nsys_cli._strip_output_options(opts) == ["-t", "nvtx", "-c", "nvtx"]
+    assert nsys_cli.strip_output_options(opts) == ["-t", "nvtx", "-c", "nvtx"]
 
 
 def test_first_error_line_skips_progress_and_usage():

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verlprof.backends.nsys.sqlite_pages import NotPlain, read_columns
+from tests.helpers import read_columns
+from verlprof.backends.nsys.sqlite_pages import NotPlain
 
 # integers at every serial type's edge: 0 and 1 (no bytes), 1..8-byte two's complement
 EDGES = [0, 1, -1, 2, 127, 128, -128, -129, 255, 32767, 32768, -32768, -32769, 2**23 - 1,

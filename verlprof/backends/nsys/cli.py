@@ -29,14 +29,11 @@ from verlprof.backends.nsys.procs import (  # noqa: F401  (re-exported: one impo
     DEFAULT_KILL_GRACE_S,
     MARKER_ENV,
     AgentProcess,
-    ProcInfo,
     _group_members,
     _nsys_temp_files,
-    _pids,
     list_agents,
     marked_processes,
     orphan_agents,
-    proc_age_s,
     proc_info,
     reap_orphan_agents,
     terminate_processes,
@@ -282,16 +279,16 @@ def export_ahead(report_path: PathLike, timeout_s: float = 120.0) -> None:
     ``verlprof report`` starts its first exports so, once it has read the manifest: they run
     while the rest of the command is imported. Not a daemon thread: a command that ends early
     still lets the export finish (or time out) and remove its temporary file."""
-    out = str(sqlite_path_for(report_path))
+    out = sqlite_path_for(report_path)
     pending: Future[Path] = Future()
     with _AHEAD_LOCK:
-        if out in _AHEAD:
+        if str(out) in _AHEAD:
             return
-        _AHEAD[out] = pending
+        _AHEAD[str(out)] = pending
 
     def run() -> None:
         try:
-            pending.set_result(_export_sqlite(report_path, timeout_s))
+            pending.set_result(_export_sqlite(report_path, out, timeout_s))
         except BaseException as err:  # noqa: BLE001 - handed to the export_sqlite that joins
             pending.set_exception(err)
 
@@ -315,15 +312,12 @@ def export_sqlite(report_path: PathLike, timeout_s: float = 120.0, *,
         pending = _AHEAD.pop(str(out), None)
     if pending is not None and not force and nsys_exe == "nsys":
         return pending.result()
-    return _export_sqlite(report_path, timeout_s, out_path=out_path, nsys_exe=nsys_exe,
-                          force=force)
+    return _export_sqlite(report_path, out, timeout_s, nsys_exe=nsys_exe, force=force)
 
 
-def _export_sqlite(report_path: PathLike, timeout_s: float, *,
-                   out_path: Optional[PathLike] = None, nsys_exe: str = "nsys",
-                   force: bool = False) -> Path:
+def _export_sqlite(report_path: PathLike, out: Path, timeout_s: float, *,
+                   nsys_exe: str = "nsys", force: bool = False) -> Path:
     rep = Path(report_path)
-    out = Path(out_path) if out_path is not None else sqlite_path_for(rep)
     try:
         rep_stat = rep.stat()
     except OSError as exc:
@@ -365,19 +359,17 @@ _OUTPUT_OPTS = ("-o", "--output")
 _FORCE_OPTS = ("-f", "--force-overwrite")
 
 
-def _strip_output_options(opts: Sequence[str]) -> List[str]:
+def strip_output_options(opts: Sequence[str]) -> List[str]:
+    """``opts`` without ``-o/--output`` and ``-f/--force-overwrite`` (and their values)."""
     out: List[str] = []
     skip = False
     for a in opts:
         if skip:
             skip = False
-            continue
-        if a in _OUTPUT_OPTS + _FORCE_OPTS:
+        elif a in _OUTPUT_OPTS + _FORCE_OPTS:
             skip = True
-            continue
-        if a.startswith(tuple(o + "=" for o in _OUTPUT_OPTS + _FORCE_OPTS)):
-            continue
-        out.append(a)
+        elif not a.startswith(tuple(o + "=" for o in _OUTPUT_OPTS + _FORCE_OPTS)):
+            out.append(a)
     return out
 
 
@@ -397,7 +389,7 @@ def dry_run(argv_prefix: Sequence[str], timeout_s: float = 30.0,
         if exe is None:
             return "nsys not found"
         prefix = [exe, "profile", *prefix]
-    head, opts = prefix[:2], _strip_output_options(prefix[2:])
+    head, opts = prefix[:2], strip_output_options(prefix[2:])
     app = list(app_argv) if app_argv is not None else [sys.executable, "-c", "pass"]
     with tempfile.TemporaryDirectory(prefix="verlprof-nsys-dry-") as tmp:
         argv = [*head, *opts, "-o", os.path.join(tmp, "dry_run_%p"), "-f", "true", *app]

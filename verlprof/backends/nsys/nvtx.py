@@ -37,8 +37,8 @@ Which binding, and why (checked against the real nsys 2022.4.2.1 on a GPU-less m
        Chosen when the package is missing or is 0.2.12+.
     3. the ``nvtx`` package 0.2.12+ (fine on current nsys), then ``torch.cuda.nvtx`` on CUDA
        builds of torch. torch has no domain API: its ranges land in the default domain, so a
-       ``-p VERLPROF_CAPTURE@verlprof`` capture range does not match them
-       (``emitter.domain_aware`` is then ``False``; nothing else here uses torch).
+       ``-p VERLPROF_CAPTURE@verlprof`` capture range does not match them (nothing else here
+       uses torch).
 
 Strings are *registered* (``nvtxDomainRegisterStringA``). nsys matches registered strings
 against ``-p NAME@domain`` even without ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0``; ASCII messages
@@ -59,7 +59,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from verlprof.backends.nsys.nvtx_base import (  # noqa: F401 - re-exported: the NVTX contract
     BACKEND_ENV,
@@ -74,8 +74,7 @@ from verlprof.backends.nsys.nvtx_base import (  # noqa: F401 - re-exported: the 
     NvtxEmitter,
     cached,
 )
-from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter
-from verlprof.backends.nsys.nvtx_ctypes import nvtx_library_candidates as _ctypes_candidates
+from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter, nvtx_library_candidates
 
 _LOG = logging.getLogger(__name__)
 
@@ -132,7 +131,6 @@ class _TorchEmitter(NvtxEmitter):
     """``torch.cuda.nvtx`` (CUDA builds only). No domains: everything is in the default one."""
 
     backend = "torch"
-    domain_aware = False
 
     def __init__(self, torch_nvtx: Any):
         self._t = torch_nvtx
@@ -161,11 +159,7 @@ def _package_version(nvtx_module: Any) -> tuple:
         text = version("nvtx")
     except Exception:  # noqa: BLE001 - no metadata: trust the module
         text = getattr(nvtx_module, "__version__", "0")
-    parts = []
-    for p in text.split(".")[:3]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+    return tuple(int("".join(filter(str.isdigit, p)) or 0) for p in text.split(".")[:3])
 
 
 def _make_package() -> Optional[NvtxEmitter]:
@@ -176,15 +170,6 @@ def _make_package() -> Optional[NvtxEmitter]:
     except (ImportError, AttributeError):
         return None
     return _PackageEmitter(nvtx_module)
-
-
-def _make_ctypes() -> Optional[NvtxEmitter]:
-    return make_ctypes_emitter()
-
-
-def nvtx_library_candidates() -> List[str]:
-    """Where the ctypes binding looks for an NVTX library, in order."""
-    return _ctypes_candidates()
 
 
 def _make_torch() -> Optional[NvtxEmitter]:
@@ -212,7 +197,7 @@ def make_emitter(backend: str = "auto") -> NvtxEmitter:
     Raises ``RuntimeError`` when the requested binding (or, for ``auto``, every binding) is
     unavailable. Does not look at the environment: :func:`get_emitter` does that.
     """
-    makers = {"nvtx": _make_package, "ctypes": _make_ctypes, "torch": _make_torch}
+    makers = {"nvtx": _make_package, "ctypes": make_ctypes_emitter, "torch": _make_torch}
     if backend == "auto":
         order = ["nvtx", "ctypes"] if _package_is_old_enough() else ["ctypes", "nvtx"]
         order.append("torch")
@@ -254,14 +239,9 @@ def _choose() -> Any:
 
 def get_emitter() -> Any:
     """The process's emitter: real under a profiler, :class:`NullEmitter` otherwise (cached)."""
-    em = _EMITTER
-    if em is not None:
-        return em
-    return _init_emitter()
-
-
-def _init_emitter() -> Any:
     global _EMITTER
+    if _EMITTER is not None:
+        return _EMITTER
     with _EMITTER_LOCK:
         if _EMITTER is None:
             _EMITTER = _choose()

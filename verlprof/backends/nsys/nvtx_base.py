@@ -50,7 +50,6 @@ class NullEmitter:
 
     enabled = False
     backend = "null"
-    domain_aware = True
 
     def range_start(self, name: str, domain: str = NVTX_DOMAIN) -> Any:
         return None
@@ -76,7 +75,6 @@ class NvtxEmitter:
 
     enabled = True
     backend = "?"
-    domain_aware = True
     releases_gil = False
     """True when a call lets other Python threads run (ctypes): a slow range end can then be
     moved off the caller's thread (:mod:`verlprof.backends.nsys.capture_range`)."""

@@ -107,9 +107,8 @@ class _CtypesEmitter(NvtxEmitter):
     backend = "ctypes"
     releases_gil = True  # ctypes drops the GIL around each foreign call
 
-    def __init__(self, lib: ctypes.CDLL, path: str):
+    def __init__(self, lib: ctypes.CDLL):
         self._c = lib
-        self.library_path = path
         self._domains: Dict[str, int] = {}
         self._attrs: Dict[tuple, Any] = {}
         self._lock = threading.Lock()
@@ -127,15 +126,16 @@ class _CtypesEmitter(NvtxEmitter):
             a.version, a.size = _NVTX_VERSION, ctypes.sizeof(_EventAttributes)
             a.colorType, a.color = _NVTXCOLOR_ARGB_ARGB, COLOR_ARGB
             raw = name.encode()
-            if len(self._attrs) < MAX_REGISTERED:
+            register = len(self._attrs) < MAX_REGISTERED
+            if register:
                 a.messageType = _NVTX_MESSAGE_TYPE_REGISTERED
                 a.message.registered = self._c.nvtxDomainRegisterStringA(d, raw)
-                entry = (ctypes.pointer(a), d, raw)
-                self._attrs[key] = entry
             else:
                 a.messageType = _NVTX_MESSAGE_TYPE_ASCII
                 a.message.ascii = raw
-                entry = (ctypes.pointer(a), d, raw)  # raw keeps the bytes alive
+            entry = (ctypes.pointer(a), d, raw)  # raw keeps the bytes alive
+            if register:
+                self._attrs[key] = entry
         return entry
 
     def range_start(self, name: str, domain: str = NVTX_DOMAIN) -> Any:
@@ -165,5 +165,5 @@ def make_ctypes_emitter() -> Optional[NvtxEmitter]:
             continue
         lib = _load_library(path)
         if lib is not None:
-            return _CtypesEmitter(lib, path)
+            return _CtypesEmitter(lib)
     return None

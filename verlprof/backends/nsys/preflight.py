@@ -5,23 +5,12 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from verlprof.backends.nsys.cli import dry_run as nsys_dry_run
-from verlprof.backends.nsys.cli import find_nsys
-
-_OUTPUT_PREFIXES = ("--output=", "--force-overwrite=")
+from verlprof.backends.nsys.cli import find_nsys, strip_output_options
 
 
 def dry_run_key(argv: Sequence[str]) -> tuple:
     """A launch argv without its output options: ranks that differ only there share one check."""
-    out = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("-o", "--output", "-f", "--force-overwrite"):
-            skip = True
-        elif not arg.startswith(_OUTPUT_PREFIXES):
-            out.append(arg)
-    return tuple(out)
+    return tuple(strip_output_options(argv))
 
 
 def check_launch_argv(argv: Sequence[str], timeout_s: float = 60.0,

@@ -95,6 +95,12 @@ def proc_info(pid: int) -> Optional[ProcInfo]:
     return ProcInfo(pid, ppid, pgid, sid, state, start, argv)
 
 
+def live_process(pid: int) -> Optional[ProcInfo]:
+    """``ProcInfo`` for ``pid`` when it runs (not gone, not a zombie), else ``None``."""
+    info = proc_info(pid)
+    return info if info is not None and info.state not in ("Z", "X") else None
+
+
 def _uptime_s() -> float:
     try:
         with open("/proc/uptime") as fh:
@@ -122,23 +128,12 @@ def carries_env(pid: int, name: str, value: str) -> bool:
 def marked_processes(marker: str) -> List[int]:
     """Live (non-zombie) processes whose environment has ``MARKER_ENV=marker``."""
     me = os.getpid()
-    out = []
-    for pid in _pids():
-        if pid == me or not carries_env(pid, MARKER_ENV, marker):
-            continue
-        info = proc_info(pid)
-        if info is not None and info.state not in ("Z", "X"):
-            out.append(pid)
-    return out
+    return [pid for pid in _pids()
+            if pid != me and carries_env(pid, MARKER_ENV, marker) and live_process(pid)]
 
 
 def _group_members(pgid: int) -> List[int]:
-    out = []
-    for pid in _pids():
-        info = proc_info(pid)
-        if info is not None and info.pgid == pgid and info.state not in ("Z", "X"):
-            out.append(pid)
-    return out
+    return [pid for pid in _pids() if (info := live_process(pid)) and info.pgid == pgid]
 
 
 def send_signal(pid: int, sig: int) -> bool:
@@ -200,8 +195,8 @@ def list_agents() -> List[AgentProcess]:
     """Every visible ``nsys --start-agent`` process (zombies excluded)."""
     out = []
     for pid in _pids():
-        info = proc_info(pid)
-        if info is None or info.state in ("Z", "X") or not _is_nsys(info.cmdline):
+        info = live_process(pid)
+        if info is None or not _is_nsys(info.cmdline):
             continue
         if "--start-agent" not in info.cmdline:
             continue
@@ -218,8 +213,8 @@ def list_agents() -> List[AgentProcess]:
 def _owner_alive(agent: AgentProcess) -> bool:
     if agent.owner_pid is None:
         return True  # unattributable: treat as owned
-    owner = proc_info(agent.owner_pid)
-    if owner is None or owner.state in ("Z", "X"):
+    owner = live_process(agent.owner_pid)
+    if owner is None:
         return False
     # PID reuse: the owner must be an nsys process at least as old as the agent
     return _is_nsys(owner.cmdline) and proc_age_s(owner) + 1.0 >= agent.age_s

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
-from verlprof.backends.nsys.procs import _is_nsys, _pids, list_agents, open_files, proc_info
+from verlprof.backends.nsys.procs import (
+    _is_nsys,
+    _pids,
+    list_agents,
+    live_process,
+    open_files,
+    proc_info,
+)
 from verlprof.storage import write_problem
 
 STALL_S = 3.0
@@ -130,15 +137,14 @@ class ProcProbe:
 
     def session(self, cli_pid: int) -> Tuple[List[int], Optional[str]]:
         agents = [a for a in list_agents() if a.owner_pid == cli_pid]
-        cli = proc_info(cli_pid)
+        cli = live_process(cli_pid)
         live = [a.pid for a in agents]
-        if cli is not None and cli.state not in ("Z", "X") and _is_nsys(cli.cmdline):
+        if cli is not None and _is_nsys(cli.cmdline):
             live.append(cli_pid)
         return live, next((a.session_name for a in agents if a.session_name), None)
 
     def alive(self, pid: int) -> bool:
-        info = proc_info(pid)
-        return info is not None and info.state not in ("Z", "X")
+        return live_process(pid) is not None
 
 
 class WriterWatch:

@@ -21,10 +21,10 @@ Schema facts used here, checked on exports of nsys 2022.4.2.1 (schema 3.0.0):
 * CPU-only reports have no ``CUPTI_ACTIVITY_KIND_KERNEL``/``..._MEMCPY`` tables (nor
   ``NVTX_EVENTS`` when nvtx was not traced or nothing was emitted): readers return ``[]``.
   Kernel/memcpy columns follow nsys' own 2022.4 report scripts (``gputrace.py``): ``start``,
-  ``end``, ``deviceId``, ``contextId``, ``streamId``, ``correlationId``, ``globalPid``,
-  ``demangledName``/``shortName`` (→ ``StringIds``), ``gridX..Z``, ``blockX..Z``; memcpy
-  ``bytes``, ``copyKind`` (→ ``ENUM_CUDA_MEMCPY_OPER``), ``srcKind``/``dstKind``
-  (→ ``ENUM_CUDA_MEM_KIND``). Absent columns read as ``None``.
+  ``end``, ``streamId``, ``correlationId``, ``globalPid``, ``demangledName``/``shortName``
+  (→ ``StringIds``), ``gridX..Z``, ``blockX..Z``; memcpy ``bytes``, ``copyKind``
+  (→ ``ENUM_CUDA_MEMCPY_OPER``), ``srcKind``/``dstKind`` (→ ``ENUM_CUDA_MEM_KIND``). Absent
+  columns read as ``None``.
 
 Every failure to read a file (missing, not SQLite, truncated, malformed) raises
 :class:`ReportReadError`.
@@ -44,7 +44,6 @@ EVENT_MARK = 34
 EVENT_PUSH_POP = 59
 EVENT_START_END = 60
 EVENT_DOMAIN_CREATE = 75
-EVENT_DOMAIN_DESTROY = 76
 RANGE_EVENT_TYPES = (EVENT_PUSH_POP, EVENT_START_END)
 RAW_BATCH = 16_384
 """Rows per list of :func:`iter_nvtx_ranges` ``raw=True``."""
@@ -89,8 +88,6 @@ class CudaKernel:
     name: str
     start_ns: int
     end_ns: int
-    device_id: Optional[int]
-    context_id: Optional[int]
     stream_id: Optional[int]
     correlation_id: Optional[int]
     pid: Optional[int]
@@ -113,8 +110,6 @@ class CudaMemcpy:
     """``"Host-to-Device"``, ``"Device-to-Host"``, ... (``ENUM_CUDA_MEMCPY_OPER.label``)."""
     src_kind: Optional[str]
     dst_kind: Optional[str]
-    device_id: Optional[int]
-    context_id: Optional[int]
     stream_id: Optional[int]
     correlation_id: Optional[int]
     pid: Optional[int]
@@ -141,10 +136,6 @@ class ReportTimeBounds:
     @property
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
-
-    def to_epoch_ns(self, t_ns: int) -> Optional[int]:
-        """Session time ``t_ns`` → ns since the Unix epoch (``None`` when unknown)."""
-        return None if self.utc_epoch_ns is None else self.utc_epoch_ns + t_ns
 
 
 _MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
@@ -194,8 +185,8 @@ def _columns(conn: sqlite3.Connection, table: str) -> set:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _col(cols: set, name: str, alias: Optional[str] = None, prefix: str = "") -> str:
-    return f"{prefix}{name}" if name in cols else f"NULL AS {alias or name}"
+def _col(cols: set, name: str, prefix: str) -> str:
+    return f"{prefix}{name}" if name in cols else "NULL"
 
 
 def list_tables(sqlite_path: PathLike) -> List[str]:
@@ -309,13 +300,12 @@ def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:
         else:
             name = "NULL"
         fields = [name, "k.start", "k.end"] + [
-            _col(c, n, prefix="k.") for n in ("deviceId", "contextId", "streamId",
-                                               "correlationId", "globalPid", "gridX", "gridY",
-                                               "gridZ", "blockX", "blockY", "blockZ")]
+            _col(c, n, "k.") for n in ("streamId", "correlationId", "globalPid", "gridX",
+                                       "gridY", "gridZ", "blockX", "blockY", "blockZ")]
         rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                             "ORDER BY k.start").fetchall()
-    return [CudaKernel(r[0] or "", int(r[1]), int(r[2]), r[3], r[4], r[5], r[6],
-                       _pid(r[7]), (r[8], r[9], r[10]), (r[11], r[12], r[13]))
+    return [CudaKernel(r[0] or "", int(r[1]), int(r[2]), r[3], r[4], _pid(r[5]),
+                       (r[6], r[7], r[8]), (r[9], r[10], r[11]))
             for r in rows if r[1] is not None and r[2] is not None]
 
 
@@ -342,9 +332,8 @@ def read_memcpy(sqlite_path: PathLike) -> List[CudaMemcpy]:
         kinds = _enum_labels(conn, tables, "ENUM_CUDA_MEMCPY_OPER") or _MEMCPY_LABELS
         mem = _enum_labels(conn, tables, "ENUM_CUDA_MEM_KIND")
         fields = ["m.start", "m.end"] + [
-            _col(c, n, prefix="m.") for n in ("bytes", "copyKind", "srcKind", "dstKind",
-                                               "deviceId", "contextId", "streamId",
-                                               "correlationId", "globalPid")]
+            _col(c, n, "m.") for n in ("bytes", "copyKind", "srcKind", "dstKind", "streamId",
+                                       "correlationId", "globalPid")]
         rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
                             "ORDER BY m.start").fetchall()
     out = []
@@ -355,7 +344,7 @@ def read_memcpy(sqlite_path: PathLike) -> List[CudaMemcpy]:
         out.append(CudaMemcpy(int(r[0]), int(r[1]), r[2], kind,
                               mem.get(int(r[4])) if r[4] is not None else None,
                               mem.get(int(r[5])) if r[5] is not None else None,
-                              r[6], r[7], r[8], r[9], _pid(r[10])))
+                              r[6], r[7], _pid(r[8])))
     return out
 
 

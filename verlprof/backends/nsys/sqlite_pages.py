@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
@@ -300,19 +300,3 @@ def _unaligned(flat: Any, dtype: str) -> Any:
     size = np.dtype(dtype).itemsize
     return np.ndarray(buffer=flat, dtype=dtype, shape=(len(flat) - size + 1,), strides=(1,))
 
-
-def read_columns(conn: sqlite3.Connection, path: str, table: str,
-                 columns: Sequence[str], pages_per_chunk: int = 1 << 30) -> Optional[Chunk]:
-    """All rows of ``columns`` in one :class:`Chunk` (for tests and small tables)."""
-    pages = TablePages(conn, path, table, columns)
-    try:
-        parts = [pages.read(c) for c in pages.chunks(pages_per_chunk)]
-    finally:
-        pages.close()
-    if not parts:
-        return None
-    values = tuple(np.concatenate([p.values[j] for p in parts]) for j in range(len(columns)))
-    nulls = tuple(np.concatenate([p.nulls[j] if p.nulls[j] is not None
-                                  else np.zeros(len(p), dtype=bool) for p in parts])
-                  for j in range(len(columns)))
-    return Chunk(values=values, nulls=nulls)

@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from verlprof.records import ProcessIdentity, StepWindow
 
 
-
 QUIET_KINETO = {"KINETO_LOG_LEVEL": "6"}
 """PyTorch's profiler library (Kineto) prints ``USDT: ... profiler_start`` and
 ``profiler_stop`` on every window in every profiled process (level 5, above its errors at 4);
 6 keeps the console the trainer's. A profiler that fails still shows: its window's report is
 ``missing`` with the reason (docs/backends.md)."""
+
 
 class TorchBackend(Backend):
     name = "torch"

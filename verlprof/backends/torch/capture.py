@@ -22,6 +22,7 @@ from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 class TorchCapture(Capture):
     opens_on_any_thread = False  # the profiler starts and stops on the thread that drives it
     writes_at_close = True  # close() exports the trace before it returns
+
     def __init__(self, plan: ProcessPlan):
         super().__init__(plan)
         self._profiler: Any = None
@@ -85,11 +86,12 @@ class TorchCapture(Capture):
             raw: Optional[str] = self._written.get(n)
             if raw and os.path.isfile(raw):
                 out.append(worker_report(record.window, raw_path=raw, status=STATUS_OK,
-                                 start_ns=record.start_ns, end_ns=record.end_ns))
+                                         start_ns=record.start_ns, end_ns=record.end_ns))
             else:
                 reason = self._errors.get(n, "trace file not written")
                 out.append(worker_report(record.window, raw_path=None, status=STATUS_MISSING,
-                                 reason=reason, start_ns=record.start_ns, end_ns=record.end_ns))
+                                         reason=reason, start_ns=record.start_ns,
+                                         end_ns=record.end_ns))
         return out + never_opened_reports(never_opened)
 
 

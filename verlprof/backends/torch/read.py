@@ -35,7 +35,7 @@ def read_torch_trace(path: str, index: int = 0,
     """Read one trace; every failure becomes ``ReportData(error=...)``, never an exception."""
     began = time.monotonic()
     try:
-        data = _load(path)
+        data = load_trace(path)
         ranges, marks, window = _parse(data, fallback_start_ns)
     except Exception as err:  # noqa: BLE001 - any failure makes the report unreadable
         return ReportData(index=index, error=_one_line(err), seconds=time.monotonic() - began)
@@ -43,7 +43,9 @@ def read_torch_trace(path: str, index: int = 0,
                       seconds=time.monotonic() - began)
 
 
-def _load(path: str) -> Dict[str, Any]:
+def load_trace(path: str) -> Dict[str, Any]:
+    """The trace's JSON object (``traceEvents`` a list), a kineto name with a bad quote
+    repaired; raises on anything else (``verlprof trace`` reads every event)."""
     opener = gzip.open if path.endswith(".gz") else open
     # errors="replace": a range name that is not UTF-8 must not make the whole trace unreadable
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
@@ -62,17 +64,6 @@ def _load(path: str) -> Dict[str, Any]:
     return data
 
 
-load_trace = _load
-"""``load_trace(path)``: the trace's JSON object (``traceEvents`` a list), a kineto name with
-a bad quote repaired; raises on anything else (``verlprof trace`` reads every event)."""
-
-
-def base_ns(data: Dict[str, Any], events: List[Dict[str, Any]],
-            fallback_start_ns: Optional[int]) -> int:
-    """Wall clock (ns since the epoch) of the trace's time 0 (see the module's doc)."""
-    return _base_ns(data, events, fallback_start_ns)
-
-
 def _requote(match: re.Match[str]) -> str:
     """The name line quoted again, unless it is valid JSON already (escapes kept as they are)."""
     try:
@@ -86,7 +77,7 @@ def _parse(data: Dict[str, Any], fallback_start_ns: Optional[int]
            ) -> Tuple[List[RawRange], List[StepMark], Optional[Tuple[int, int]]]:
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
               and isinstance(e.get("ts"), (int, float))]
-    base = _base_ns(data, events, fallback_start_ns)
+    base = base_ns(data, events, fallback_start_ns)
 
     def ns(us: float) -> int:
         return base + int(round(float(us) * 1000.0))
@@ -137,8 +128,9 @@ def _parse(data: Dict[str, Any], fallback_start_ns: Optional[int]
     return ranges, marks, window
 
 
-def _base_ns(data: Dict[str, Any], events: List[Dict[str, Any]],
-             fallback_start_ns: Optional[int]) -> int:
+def base_ns(data: Dict[str, Any], events: List[Dict[str, Any]],
+            fallback_start_ns: Optional[int]) -> int:
+    """Wall clock (ns since the epoch) of the trace's time 0 (see the module's doc)."""
     base = data.get("baseTimeNanoseconds")
     if isinstance(base, (int, float)) and base > 0:
         return int(base)
