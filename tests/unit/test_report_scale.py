@@ -252,3 +252,33 @@ def test_console_at_80_columns_keeps_every_phase_distinguishable(tmp_path, width
     assert "5 in 5 steps" in text  # the stragglers column, with critic rank 1's count
     if width >= 200:
         assert any("compute_values" in line and "│" in line for line in table)
+
+
+def test_the_page_is_the_same_under_any_hash_seed(tmp_path):
+    """Band lanes came from sets of group names: the page's window list followed Python's hash
+    seed, so two reports of one run differed. Two interpreters with other seeds, one page."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from benchmarks.report_scale import scale_load\n"
+              "from verlprof.manifest import Manifest\n"
+              "from verlprof.report.summary import analyse, write_outputs\n"
+              "out = sys.argv[1]\n"
+              "summary = analyse(out, Manifest(tool='nsys', output_dir=out, step_windows=(),"
+              " reports=()), scale_load(40, 2))\n"
+              "write_outputs(summary)\n"
+              "print(summary.paths['timeline.html'])\n")
+    import shutil
+
+    pages, out = [], tmp_path / "run"  # the page's title names the directory
+    for seed in ("1", "2", "3"):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                                  os.path.abspath(__file__)))), check=True)
+        with open(done.stdout.strip().splitlines()[-1]) as handle:
+            pages.append(handle.read())
+    assert '"bands":[[' in pages[0] and pages[0] == pages[1] == pages[2]

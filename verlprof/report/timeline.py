@@ -118,8 +118,9 @@ def build_timeline(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],
                    windows: Sequence[Window], stragglers: Sequence[Straggler],
                    t0_ns: int) -> TimelineData:
     ranks_of: Dict[str, set] = {}
-    for group, rank in {(x.group, x.rank) for x in records} | \
-            {(w.group, w.rank) for w in windows}:
+    # sorted: the order of the sets would follow the hash seed into the page's window list
+    for group, rank in sorted({(x.group, x.rank) for x in records} |
+                              {(w.group, w.rank) for w in windows}):
         ranks_of.setdefault(group, set()).add(rank)
     banded = {g: _outliers(g, stragglers) for g, ranks in ranks_of.items()
               if g != CONTROLLER_GROUP and len(ranks) > MANY_RANKS}
