@@ -54,10 +54,6 @@ class SignalGuard:
         self._overdue = False
         self._lock = threading.Lock()
 
-    @property
-    def installed(self) -> bool:
-        return bool(self.previous)
-
     def install(self) -> bool:
         if self.previous or threading.current_thread() is not threading.main_thread():
             return False
@@ -77,8 +73,7 @@ class SignalGuard:
             for sig, handler in self.previous.items():
                 if signal.getsignal(sig) == self._handle:
                     signal.signal(sig, handler)
-        previous, self.previous = self.previous, {}
-        self._previous_after_restore = previous
+        self._previous_after_restore, self.previous = self.previous, {}
         return self.received
 
     @contextmanager
