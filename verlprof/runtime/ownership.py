@@ -125,7 +125,7 @@ def existing_run(directory: str) -> Optional[ExistingRunInfo]:
         controller = data.get("controller") if isinstance(data.get("controller"), dict) else {}
         reports = data.get("reports")
         return ExistingRunInfo(directory=directory, run_id=data.get("run_id") or None,
-                               host=str(controller.get("host") or ""),
+                               host=str((controller or {}).get("host") or ""),
                                when=str(data.get("created") or ""),
                                reports=len(reports) if isinstance(reports, list) else 0)
     try:
