@@ -147,7 +147,7 @@ def test_handlers_only_in_main_thread(ray_cluster, tmp_path):
 
     def enter():
         with light.controller_for(plan) as controller:
-            seen["installed"] = bool(controller._signals.previous)
+            seen["installed"] = controller._signals.installed
 
     thread = threading.Thread(target=enter)
     thread.start()

@@ -52,6 +52,10 @@ class SignalGuard:
         self._overdue = False
         self._lock = threading.Lock()
 
+    @property
+    def installed(self) -> bool:
+        return bool(self.previous)
+
     def install(self) -> bool:
         if self.previous or threading.current_thread() is not threading.main_thread():
             return False
