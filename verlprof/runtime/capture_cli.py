@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import glob
 import json
 import os
 import socket
 import sys
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
@@ -68,9 +69,9 @@ def run_capture_command(args: argparse.Namespace) -> int:
 def find_job(output_dir: str) -> Tuple[str, Dict[str, Any]]:
     """The run directory holding the job's descriptor (``output_dir`` or, with
     ``existing_run=new_subdir``, its newest run subdirectory) and the descriptor."""
-    candidates = [output_dir] + sorted(
-        (os.path.join(output_dir, d) for d in _listdir(output_dir)),
-        key=lambda d: -_mtime(os.path.join(d, paths.ON_DEMAND_NAME)))
+    descriptors = glob.glob(os.path.join(glob.escape(output_dir), "*", paths.ON_DEMAND_NAME))
+    candidates = [output_dir] + [os.path.dirname(d) for d in sorted(descriptors, key=_mtime,
+                                                                    reverse=True)]
     for directory in candidates:
         try:
             with open(os.path.join(directory, paths.ON_DEMAND_NAME), encoding="utf-8") as f:
@@ -220,25 +221,8 @@ def _ended_status(output_dir: str) -> int:
     return 0
 
 
-def _listdir(directory: str) -> List[str]:
-    try:
-        return [d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))]
-    except OSError:
-        return []
-
-
 def _mtime(path: str) -> float:
     try:
         return os.path.getmtime(path)
     except OSError:
         return 0.0
-
-
-def main(argv: Optional[List[str]] = None) -> int:  # python -m verlprof.runtime.capture_cli
-    parser = argparse.ArgumentParser(prog="verlprof")
-    add_capture_subcommands(parser.add_subparsers(dest="command", required=True))
-    return run_capture_command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

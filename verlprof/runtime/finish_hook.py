@@ -105,12 +105,11 @@ def run_finish_hook(hook: FinishHookPlan, output_dir: str, tool: str,
             task = task_on_node(run_command, identity.node_id)
             remote[target] = task.remote(hook.cmd, env, hook.timeout_s, where)
     if remote:
-        runs.update(_gather(remote, hook, output_dir))
+        runs.update(_gather(remote, hook))
     return [runs[t] for t in hook.targets]
 
 
-def _gather(refs: Dict[Target, object], hook: FinishHookPlan, output_dir: str
-            ) -> Dict[Target, HookRun]:
+def _gather(refs: Dict[Target, object], hook: FinishHookPlan) -> Dict[Target, HookRun]:
     import ray
 
     out: Dict[Target, HookRun] = {}
@@ -123,7 +122,7 @@ def _gather(refs: Dict[Target, object], hook: FinishHookPlan, output_dir: str
         try:
             out[target] = ray.get(ref)
         except Exception as err:  # the task itself failed on that node (Ray error types vary)
-            out[target] = HookRun(cmd=hook.cmd, where=where, error=_one_line(str(err)))
+            out[target] = HookRun(cmd=hook.cmd, where=where, error=" ".join(str(err).split())[:300])
     return out
 
 
@@ -140,10 +139,6 @@ def report(lines: List[str], echo: bool = True) -> None:
         logger.error("verlprof: %s", line)
         if echo:  # the line may quote the command's output: shown visibly, never as codes
             print(f"verlprof: {visible(line)}", file=sys.stderr, flush=True)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:300]
 
 
 def into_manifest(hook: FinishHookPlan, manifest: Manifest, plan: ProfilePlan,

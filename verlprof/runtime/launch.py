@@ -23,17 +23,14 @@ def wrapped_executable(argv: Sequence[str], python: Optional[str] = None) -> str
 def _runtime_env(argv: Sequence[str], env: Mapping[str, str],
                  base: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     runtime_env = dict(base or {})
-    if not argv:
+    if argv:
+        runtime_env["py_executable"] = wrapped_executable(argv)
+    else:
         # Ray merges a child's runtime_env into its creator's: workers created by a controller
         # that runs under nsys would inherit its wrapped py_executable unless told otherwise.
         runtime_env.setdefault("py_executable", sys.executable)
-        if env:  # an in-process profiler's settings (the torch backend's quiet Kineto)
-            runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
-        return runtime_env
-    env_vars = dict(runtime_env.get("env_vars") or {})
-    env_vars.update(env)
-    runtime_env["py_executable"] = wrapped_executable(argv)
-    runtime_env["env_vars"] = env_vars
+    if argv or env:  # env unwrapped: an in-process profiler's settings (torch's quiet Kineto)
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
     return runtime_env
 
 
@@ -55,6 +52,5 @@ def worker_options(plan: ProfilePlan, group: str, rank: int,
 def controller_options(plan: ProfilePlan,
                        base_runtime_env: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """``.options(...)`` for the actor that runs the trainer loop (the controller)."""
-    runtime_env = _runtime_env(plan.controller.launch_argv, plan.controller.launch_env,
-                               base_runtime_env)
-    return {"runtime_env": runtime_env} if runtime_env else {}
+    return {"runtime_env": _runtime_env(plan.controller.launch_argv, plan.controller.launch_env,
+                                        base_runtime_env)}

@@ -31,7 +31,7 @@ from concurrent.futures import Future, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from verlprof.records import Target
-from verlprof.runtime.rank_rpc import RankError, describe_error, note_late
+from verlprof.runtime.rank_rpc import RankError, describe_error, note_unanswered
 
 DEFAULT_TIMEOUT_S = 120.0
 """As :class:`~verlprof.plan.model.RunPolicy`; the controller sets the plan's own."""
@@ -188,14 +188,10 @@ class InProcessRanks:
                 errors.append((target, f"{method} could not be sent: {describe_error(err)}"))
                 continue
             future = actor.send(fn, args(target))
-            busy = self.busy.get(target)
-            if busy is None or wait_busy:
+            if wait_busy or target not in self.busy:
                 waited[future] = target
             else:
-                first_method, _, since = busy
-                self.busy[target] = (first_method, future, since)
-                errors.append((target, f"{method} not awaited: still busy since {first_method} "
-                                       f"{now - since:.0f}s ago (it runs once the rank is free)"))
+                errors.append(note_unanswered(self.busy, target, method, future, now))
         for target in inline:
             try:
                 fn = getattr(self.actors[target], method)
@@ -204,10 +200,8 @@ class InProcessRanks:
                 continue
             try:
                 results[target] = fn(*args(target))
-            except RankDied as err:
-                errors.append((target, f"{method} failed: {self._died(target, err)}"))
             except Exception as err:
-                errors.append((target, f"{method} failed: {describe_error(err)}"))
+                errors.append(self._failure(target, method, err))
         if waited:
             self._wait(method, waited, timeout, results, errors)
         return results, errors
@@ -221,13 +215,15 @@ class InProcessRanks:
             err = future.exception()
             if err is None:
                 results[target] = future.result()
-            elif isinstance(err, RankDied):
-                errors.append((target, f"{method} failed: {self._died(target, err)}"))
             else:
-                errors.append((target, f"{method} failed: {describe_error(err)}"))
+                errors.append(self._failure(target, method, err))
         now = time.monotonic()
-        errors += [note_late(self.busy, waited[future], method, future, now, timeout)
+        errors += [note_unanswered(self.busy, waited[future], method, future, now, timeout)
                    for future in late]
+
+    def _failure(self, target: Target, method: str, err: BaseException) -> RankError:
+        why = self._died(target, err) if isinstance(err, RankDied) else describe_error(err)
+        return target, f"{method} failed: {why}"
 
     def reap_busy(self) -> None:
         """Forget ranks whose last unanswered call has finished (noting deaths)."""

@@ -128,17 +128,20 @@ def existing_run(directory: str) -> Optional[ExistingRunInfo]:
                                host=str((controller or {}).get("host") or ""),
                                when=str(data.get("created") or ""),
                                reports=len(reports) if isinstance(reports, list) else 0)
-    count = 0
     try:
-        entries = os.listdir(directory)
+        count = sum(len(files) for entry in _run_dirs(directory)
+                    for _, _, files in os.walk(os.path.join(directory, entry)))
     except OSError:
         return None
-    for entry in entries:
-        if _RUN_DIRS.match(entry) and os.path.isdir(os.path.join(directory, entry)):
-            count += sum(len(files) for _, _, files in os.walk(os.path.join(directory, entry)))
-    if count:
-        return ExistingRunInfo(directory=directory, reports=count, has_manifest=False)
-    return None
+    if not count:
+        return None
+    return ExistingRunInfo(directory=directory, reports=count, has_manifest=False)
+
+
+def _run_dirs(directory: str) -> List[str]:
+    """The top-level directories of ``directory`` that hold a run's reports."""
+    return [entry for entry in os.listdir(directory)
+            if _RUN_DIRS.match(entry) and os.path.isdir(os.path.join(directory, entry))]
 
 
 class Run:
@@ -290,16 +293,14 @@ def _move_aside(found: ExistingRunInfo) -> str:
         n += 1
         target = os.path.join(directory, f"{name}-{n}")
     _makedirs(target)
-    for entry in sorted(os.listdir(directory)):
-        if entry in (paths.MANIFEST_NAME, paths.SUMMARY_DIR) or (
-                _RUN_DIRS.match(entry) and os.path.isdir(os.path.join(directory, entry))):
-            try:
-                os.rename(os.path.join(directory, entry), os.path.join(target, entry))
-            except OSError as err:
-                raise ConfigError(KEY, f"cannot move {os.path.join(directory, entry)} aside "
-                                       f"into {target}: {err.strerror or err}; set "
-                                       f"{POLICY_KEY}=new_subdir to leave it where it is") \
-                    from None
+    ours = {paths.MANIFEST_NAME, paths.SUMMARY_DIR}.intersection(os.listdir(directory))
+    for entry in sorted([*ours, *_run_dirs(directory)]):
+        try:
+            os.rename(os.path.join(directory, entry), os.path.join(target, entry))
+        except OSError as err:
+            raise ConfigError(KEY, f"cannot move {os.path.join(directory, entry)} aside into "
+                                   f"{target}: {err.strerror or err}; set {POLICY_KEY}=new_subdir "
+                                   "to leave it where it is") from None
     who = f"run {found.run_id}" if found.run_id else "the run"
     return (f"{directory} held {found.describe()}: {who} moved to {target} "
             f"({POLICY_KEY}=move_aside); this run writes into {directory}")

@@ -60,8 +60,8 @@ def _check_output_dir(output_dir: str, min_free_bytes: int) -> None:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n} B"  # pragma: no cover
+    return f"{n:.1f} GiB"

@@ -69,12 +69,16 @@ def _is_death(err: BaseException) -> bool:
     return isinstance(err, RayActorError) and not isinstance(err, ActorUnavailableError)
 
 
-def note_late(busy: Dict[Target, Tuple[str, Any, float]], target: Target, method: str,
-              pending: Any, now: float, timeout_s: float) -> RankError:
+def note_unanswered(busy: Dict[Target, Tuple[str, Any, float]], target: Target, method: str,
+                    pending: Any, now: float, timeout_s: Optional[float] = None) -> RankError:
     """Record ``target`` as busy (keeping the method and time it first stopped answering, and
-    the call still pending now) and say so in one line."""
+    the call still pending now) and say so in one line: the call did not answer within
+    ``timeout_s``, or (None) it was not awaited, the rank being busy already."""
     first, _, since = busy.get(target, (method, None, now))
     busy[target] = (first, pending, since)
+    if timeout_s is None:
+        return target, (f"{method} not awaited: still busy since {first} {now - since:.0f}s ago "
+                        "(it runs once the rank is free)")
     return target, f"{method} did not answer within {timeout_s:g}s (busy in a long call, or hung)"
 
 
@@ -113,12 +117,8 @@ class RankCalls:
                 errors.append((target, f"{method} could not be sent: {describe_error(err)}"))
         now = time.monotonic()
         waited = [r for r, t in refs.items() if wait_busy or t not in self.busy]
-        for ref, target in refs.items():
-            if not wait_busy and target in self.busy:
-                first_method, _, since = self.busy[target]
-                self.busy[target] = (first_method, ref, since)
-                errors.append((target, f"{method} not awaited: still busy since {first_method} "
-                                       f"{now - since:.0f}s ago (it runs once the rank is free)"))
+        errors += [note_unanswered(self.busy, t, method, r, now)
+                   for r, t in refs.items() if not wait_busy and t in self.busy]
         ready, late = (ray.wait(waited, num_returns=len(waited), timeout=timeout)
                        if waited else ([], []))
         results: Dict[Target, Any] = {}
@@ -132,7 +132,8 @@ class RankCalls:
                 if _is_death(err):
                     self.failed[target] = why
                 errors.append((target, f"{method} failed: {why}"))
-        errors += [note_late(self.busy, refs[ref], method, ref, now, timeout) for ref in late]
+        errors += [note_unanswered(self.busy, refs[ref], method, ref, now, timeout)
+                   for ref in late]
         return results, errors
 
     def reap_busy(self) -> None:

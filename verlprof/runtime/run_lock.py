@@ -44,11 +44,8 @@ class LockHolder:
     """Who holds (or held) an output directory's lock."""
 
     run_id: str
-    """The holder's run id."""
     host: str
-    """Host of the holding process."""
     pid: int
-    """Process id of the holding process."""
     started: str
     """ISO-8601 UTC time the lock was taken."""
     started_s: float = 0.0

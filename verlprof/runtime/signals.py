@@ -37,11 +37,9 @@ class ProfilingTerminated(KeyboardInterrupt):
 
 
 class SignalGuard:
-    """SIGTERM and Ctrl-C inside ``with controller:``: turned into an exception in the main
-    thread so that open windows are stopped and reports finalised; the signal is then passed
-    on. Installed only in the main thread, and never over an ignored signal or over someone
-    else's SIGINT handler. While reports are being finalised the first signal is held back,
-    at most ``hold_s`` seconds (None: until finalising ends)."""
+    """SIGTERM and Ctrl-C inside ``with controller:``, as the module says. Installed only in
+    the main thread, and never over an ignored signal or over someone else's SIGINT handler.
+    ``hold_s``: how long a signal is held while reports are finalised (None: until that ends)."""
 
     def __init__(self, hold_s: Optional[float] = None) -> None:
         self.previous: Dict[int, Any] = {}
@@ -77,8 +75,7 @@ class SignalGuard:
             for sig, handler in self.previous.items():
                 if signal.getsignal(sig) == self._handle:
                     signal.signal(sig, handler)
-        previous, self.previous = self.previous, {}
-        self._previous_after_restore = previous
+        self._previous_after_restore, self.previous = self.previous, {}
         return self.received
 
     @contextmanager

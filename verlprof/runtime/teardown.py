@@ -160,13 +160,9 @@ def on_node(func, node_id: str, *args, timeout_s: float = 60.0) -> Optional[obje
 
 def signal_on_node(node_id: str, pid: int, signum: int, timeout_s: float = 30.0) -> bool:
     """Send ``signum`` to ``pid`` on Ray node ``node_id`` (directly when it is this node)."""
-    import ray
-
     if not node_id or node_id == this_node_id():
         return send_signal(pid, signum)
-    ready, _ = ray.wait([task_on_node(send_signal, node_id).remote(pid, signum)],
-                        timeout=timeout_s)
-    return bool(ready) and bool(ray.get(ready[0]))
+    return bool(on_node(send_signal, node_id, pid, signum, timeout_s=timeout_s))
 
 
 def task_on_node(func, node_id: str):

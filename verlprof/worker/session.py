@@ -155,7 +155,7 @@ class ProfileSession:
             return "not-planned"
         self.armed = meant
         self._open(window)
-        self._set_active(True)
+        set_active(self.owner, True)
         return "started"
 
     def _arm_step(self, steps: Optional[Sequence[int]]) -> StartReply:
@@ -165,7 +165,7 @@ class ProfileSession:
             return "not-planned"
         self.armed = meant
         self.state = ARMED
-        self._set_active(True)
+        set_active(self.owner, True)
         return "started"
 
     def _restart(self, steps: Optional[Sequence[int]]) -> StartReply:
@@ -210,19 +210,13 @@ class ProfileSession:
         return "not-started"
 
     def _disarm(self, steps: Optional[Sequence[int]]) -> StopReply:
-        """armed: the step is disarmed (a stop naming another window is a no-op)."""
+        """armed or open: the open window closes, then the step is disarmed (a stop naming
+        another window is a no-op)."""
         if steps is not None and tuple(steps) != self.armed:
             return "not-started"
-        self._set_active(False)
-        self.armed, self.state = None, IDLE
-        return "stopped"
-
-    def _close_and_disarm(self, steps: Optional[Sequence[int]]) -> StopReply:
-        """open: the window closes, then the step is disarmed."""
-        if steps is not None and tuple(steps) != self.armed:
-            return "not-started"
-        self._set_active(False)
-        self._close()
+        set_active(self.owner, False)
+        if self.state == OPEN:
+            self._close()
         self.armed, self.state = None, IDLE
         return "stopped"
 
@@ -317,9 +311,6 @@ class ProfileSession:
         finally:
             current.end_ns = clock_ns()
 
-    def _set_active(self, active: bool) -> None:
-        set_active(self.owner, active)
-
 
 Action = Callable[..., Any]
 S = ProfileSession
@@ -329,7 +320,7 @@ _SHARED: Dict[Tuple[SessionState, SessionEvent], Action] = {
     (FINALIZED, START): S._refuse_start,
     (IDLE, STOP): S._not_started,
     (ARMED, STOP): S._disarm,
-    (OPEN, STOP): S._close_and_disarm,
+    (OPEN, STOP): S._disarm,
     (FINALIZED, STOP): S._not_started,
     (IDLE, FINALIZE): S._finalize,
     (ARMED, FINALIZE): S._finalize,
