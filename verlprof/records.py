@@ -110,6 +110,8 @@ class SessionStatus:
     """The step window a start without arguments would open."""
     ignored: Tuple[str, ...] = ()
     """Starts that were ignored, one line each (repeats, unplanned steps)."""
+    finalized: bool = False
+    """The worker handed its reports over; nothing opens again."""
 
 
 @dataclass(frozen=True)
