@@ -36,7 +36,6 @@ no ranks selects, which methods verl annotates)."""
 STATUS_OK: Status = "ok"
 STATUS_MISSING: Status = "missing"
 STATUS_INCOMPLETE: Status = "incomplete"
-STATUSES: Tuple[Status, ...] = (STATUS_OK, STATUS_MISSING, STATUS_INCOMPLETE)
 ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = get_args(OnRankFailure)
 """The valid ``on_rank_failure`` values, read from the Literal so they are written once."""
 EXISTING_RUN: Tuple[ExistingRun, ...] = get_args(ExistingRun)
@@ -112,6 +111,7 @@ class SessionStatus:
     ignored: Tuple[str, ...] = ()
     """Starts that were ignored, one line each (repeats, unplanned steps)."""
     finalized: bool = False
+    """The worker handed its reports over; nothing opens again."""
 
 
 @dataclass(frozen=True)

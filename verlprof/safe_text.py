@@ -124,12 +124,6 @@ def stand_in(name: str) -> Optional[str]:
     return f"{head}{ELLIPSIS}({len(name)}-character name #{digest(name)})"
 
 
-def shown_name(name: str) -> str:
-    """What a name looks like in every output: its stand-in, or the name itself (raw; each
-    renderer still escapes it for its medium)."""
-    return stand_in(name) or name
-
-
 def without_surrogates(text: str) -> str:
     """Lone surrogates (no UTF-8 file can hold one) replaced by U+FFFD, as a decoder with
     ``errors="replace"`` does for bytes that are not UTF-8."""

@@ -37,7 +37,7 @@ from verlprof.safe_text import (
     csv_raw,
     md_text,
     shell_quote,
-    shown_name,
+    stand_in,
     visible,
     without_surrogates,
 )
@@ -46,6 +46,12 @@ MS = 1_000_000
 T0 = 1_790_000_000 * 10**9
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def shown_name(name: str) -> str:
+    """What a name looks like in every output: its stand-in, or the name itself (raw; each
+    renderer still escapes it for its medium)."""
+    return stand_in(name) or name
 
 
 def summary_with(name: str, out: str = "/tmp/out"):

@@ -28,7 +28,7 @@ from verl.utils.profiler.config import (  # noqa: E402
 from verl.utils.profiler.profile import _NoOpProfiler  # noqa: E402
 
 from verlprof.bridges.verl import install  # noqa: E402
-from verlprof.bridges.verl.patching import is_wrapped  # noqa: E402
+from verlprof.bridges.verl.patching import MARK  # noqa: E402
 from verlprof.bridges.verl.worker_side import VerlprofImpl, host  # noqa: E402
 
 TOOLS = {
@@ -68,7 +68,7 @@ def _state(profiler):
 def bridge_switched_on():
     """The bridge installed in this process, as the plugin installs it in verl's processes."""
     assert "DistProfiler" in install()
-    assert is_wrapped(DistProfiler.__init__)
+    assert getattr(DistProfiler.__init__, MARK, False)
 
 
 @pytest.mark.parametrize("tool", list(TOOLS))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof.backends.nsys.procs import reap_orphan_agents
@@ -187,15 +188,15 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
     print(f"verlprof controller ran on host={controller['host']} pid={controller['pid']}")
     print(f"verlprof run: {result['run_id']}")
     print(f"verlprof output dir: {output_dir}")
-    counts: Dict[str, int] = {}
-    for entry in manifest["reports"]:
-        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    counts = Counter(entry["status"] for entry in manifest["reports"])
     for line in report_lines(manifest["reports"], output_dir):
         print(line)
     print("verlprof reports: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     print(f"verlprof manifest: {os.path.join(output_dir, 'manifest.json')}")
-    if plan.enabled:
-        _summarise(output_dir)
+    if plan.enabled:  # the tables in the terminal, summary/ files and the timeline
+        from verlprof.report import summarize
+
+        summarize(output_dir)  # prints the tables, the files it wrote and the next steps
     return 0 if set(counts) <= {"ok"} else 1
 
 
@@ -224,13 +225,6 @@ def report_lines(entries: Sequence[Dict[str, Any]], output_dir: str) -> List[str
     if ok:
         out.append(f"  {ok} ok report(s) under {output_dir} (each listed in manifest.json)")
     return out
-
-
-def _summarise(output_dir: str) -> None:
-    """The cross-rank summary: tables in the terminal, summary/ files and the timeline."""
-    from verlprof.report import summarize
-
-    summarize(output_dir)  # prints the tables, the files it wrote and the next steps
 
 
 if __name__ == "__main__":

@@ -71,11 +71,9 @@ def _demo(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _delays(config: Mapping[str, Any], group: str, rank: int) -> Dict[str, float]:
     """Planted stragglers from ``demo.stragglers: [{group, rank, phase, seconds}]``."""
-    out: Dict[str, float] = {}
-    for item in _demo(config).get("stragglers") or []:
-        if item.get("group") == group and int(item.get("rank", -1)) == rank:
-            out[str(item["phase"])] = float(item.get("seconds", 0.2))
-    return out
+    return {str(item["phase"]): float(item.get("seconds", 0.2))
+            for item in _demo(config).get("stragglers") or []
+            if item.get("group") == group and int(item.get("rank", -1)) == rank}
 
 
 def _faults(config: Mapping[str, Any], group: str, rank: int) -> List[Dict[str, Any]]:

@@ -35,6 +35,13 @@ from verlprof.plan.model import (
 )
 from verlprof.records import Mode, StepWindow, Target
 
+_PHASE_RANK = {p: i for i, p in enumerate(PHASE_ORDER)}
+
+
+def _phase_rank(phase: str) -> int:
+    """Where ``phase`` runs in a PPO step (phases not in :data:`PHASE_ORDER` last)."""
+    return _PHASE_RANK.get(phase, len(PHASE_ORDER))
+
 
 def group_step_windows(steps: Tuple[int, ...], continuous: bool) -> Tuple[Tuple[int, ...], ...]:
     """Split sorted steps into windows: runs of consecutive steps when continuous."""
@@ -244,9 +251,7 @@ def _group_mode(config: ProfilingConfig, group: GroupTopology) -> Mode:
 
 
 def _phases(config: ProfilingConfig, role: str) -> Tuple[str, ...]:
-    phases = config.phases.get(role, ROLE_PHASES[role])
-    rank = {p: i for i, p in enumerate(PHASE_ORDER)}
-    return tuple(sorted(phases, key=lambda p: rank.get(p, len(PHASE_ORDER))))
+    return tuple(sorted(config.phases.get(role, ROLE_PHASES[role]), key=_phase_rank))
 
 
 def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
@@ -269,9 +274,8 @@ def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
 
     if mode == "whole":
         return tuple(Window(steps=w, report=report(w, group.name)) for w in step_windows)
-    calls = [(role, phase) for role in roles for phase in _phases(config, role)]
-    order = {p: i for i, p in enumerate(PHASE_ORDER)}
-    calls.sort(key=lambda rp: order.get(rp[1], len(PHASE_ORDER)))
+    calls = sorted(((role, phase) for role in roles for phase in _phases(config, role)),
+                   key=lambda call: _phase_rank(call[1]))
     return tuple(Window(steps=(step,), role=role, phase=phase,
                         report=report((step,), paths.discrete_component(role, phase), role,
                                       phase))

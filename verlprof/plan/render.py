@@ -28,10 +28,6 @@ def _text(*parts: Part) -> Text:
     return Text.assemble(*[p if isinstance(p, tuple) else visible(p) for p in parts])
 
 
-def _steps_text(window) -> str:
-    return paths.step_text(window)
-
-
 def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
     """Print ``plan`` as tables: overview, selected ranks, commands, expected files, warnings."""
     console = console or Console(width=140)
@@ -54,7 +50,7 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
             console.print(_text(f"  armed for nsys (--tool nsys; launched under nsys with an "
                                 f"open-ended window count): {armed}"), soft_wrap=True)
     if plan.enabled and plan.step_windows:
-        windows = ", ".join(f"[{_steps_text(w)}]" for w in plan.step_windows)
+        windows = ", ".join(f"[{paths.step_text(w)}]" for w in plan.step_windows)
         release = f" verl={plan.verl_release}" if plan.verl_release else ""
         console.print(_text(("verlprof plan", "bold"),
                             f" tool={plan.tool} source={plan.source}{release}"), soft_wrap=True)

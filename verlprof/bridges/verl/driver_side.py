@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -39,13 +40,8 @@ class VerlActor:
         if not method.startswith("verlprof_"):
             raise AttributeError(method)
         handle = self.handle
-
-        class _Method:
-            @staticmethod
-            def remote(*args: Any) -> Any:
-                return handle.__ray_call__.remote(remote_call, method, *args)
-
-        return _Method
+        return types.SimpleNamespace(
+            remote=lambda *args: handle.__ray_call__.remote(remote_call, method, *args))
 
 
 def bridge_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -58,6 +54,19 @@ def bridge_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env[EXTERNAL_MODULES_ENV] = ",".join(modules)
     env[ENABLE_ENV] = "1"
     return env
+
+
+def bridged_options(options: Dict[str, Any], plan: Any, group: Optional[str],
+                    rank: int) -> Dict[str, Any]:
+    """Ray actor ``options`` with the environment that loads the bridge and, for rank ``rank``
+    of plan group ``group`` (None: not planned), the plan's launch of that rank."""
+    runtime_env = dict(options.get("runtime_env") or {})
+    env_vars = bridge_env(runtime_env.get("env_vars"))
+    if group is not None:
+        runtime_env = worker_runtime_env(plan, group, rank, runtime_env)
+        env_vars.update(runtime_env.get("env_vars") or {})
+    runtime_env["env_vars"] = env_vars
+    return {**options, "runtime_env": runtime_env}
 
 
 @dataclass(frozen=True)
@@ -136,11 +145,6 @@ def set_active_bridge(bridge: Optional[Any]) -> None:
         _ACTIVE.append(bridge)
 
 
-def _class_attributes(ray_cls_with_init: Any) -> List[str]:
-    cls = getattr(ray_cls_with_init.cls, "__ray_actor_class__", ray_cls_with_init.cls)
-    return dir(cls)
-
-
 def patch_worker_groups() -> bool:
     """Patch verl's ``RayWorkerGroup`` (idempotent); False when verl is not importable."""
     try:
@@ -156,7 +160,8 @@ def patch_worker_groups() -> bool:
                                      kwargs.get("ray_cls_with_init"))
             if bridge is None or ray_cls_with_init is None:  # off, or another verl signature
                 return create(self, rank, *args, **kwargs)
-            roles = roles_of_keys(fused_keys(_class_attributes(ray_cls_with_init)))
+            cls = getattr(ray_cls_with_init.cls, "__ray_actor_class__", ray_cls_with_init.cls)
+            roles = roles_of_keys(fused_keys(dir(cls)))
             group = bridge.groups.group_of(BuiltGroup(
                 prefix=self.name_prefix, roles=roles,
                 world_size=getattr(self, "_world_size", None)))
@@ -165,12 +170,8 @@ def patch_worker_groups() -> bool:
             def update_options(options: Dict[str, Any]) -> Any:
                 runtime_env = dict(options.get("runtime_env") or {})
                 runtime_env.pop("nsight", None)  # verl wraps every rank; the plan says which
-                env_vars = bridge_env(runtime_env.get("env_vars"))
-                if group is not None:
-                    runtime_env = worker_runtime_env(bridge.plan, group, rank, runtime_env)
-                    env_vars.update(runtime_env.get("env_vars") or {})
-                runtime_env["env_vars"] = env_vars
-                return update({**options, "runtime_env": runtime_env})
+                return update(bridged_options({**options, "runtime_env": runtime_env},
+                                              bridge.plan, group, rank))
 
             ray_cls_with_init.update_options = update_options  # this call only
             try:

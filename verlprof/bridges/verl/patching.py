@@ -19,7 +19,3 @@ def wrap_once(cls: Any, name: str, make: Callable[[Callable], Callable]) -> bool
     setattr(wrapper, MARK, True)
     setattr(cls, name, wrapper)
     return True
-
-
-def is_wrapped(function: Any) -> bool:
-    return bool(getattr(function, MARK, False))

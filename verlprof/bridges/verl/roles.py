@@ -8,7 +8,7 @@ method, so that verl's ``update_actor`` is phase ``actor/update_actor`` as in ve
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 from verlprof.config.verl_release import role_of_method
 
@@ -32,10 +32,7 @@ PLANNED_ROLES = ("actor", "rollout", "ref", "critic", "rm")
 
 def roles_of_keys(keys: Iterable[str]) -> Tuple[str, ...]:
     """The verlprof roles hosted by a fused worker whose verl role keys are ``keys``."""
-    out: List[str] = []
-    for key in keys:
-        out.extend(VERL_KEYS.get(key, (key,)))
-    return tuple(dict.fromkeys(out))
+    return tuple(dict.fromkeys(role for key in keys for role in VERL_KEYS.get(key, (key,))))
 
 
 def fused_keys(attribute_names: Iterable[str]) -> Tuple[str, ...]:

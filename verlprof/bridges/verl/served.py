@@ -33,11 +33,10 @@ from __future__ import annotations
 import contextvars
 from typing import Any, Callable, Dict, Optional
 
-from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
+from verlprof.bridges.verl.driver_side import active_bridge, bridged_options
 from verlprof.bridges.verl.engine_route import node_of_actor
 from verlprof.bridges.verl.patching import wrap_once
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
-from verlprof.runtime.launch import worker_runtime_env
 from verlprof.runtime.rank_rpc import describe_error
 
 
@@ -62,15 +61,10 @@ class ServerLauncher:
         self.launched = 0
 
     def options(self, options: Dict[str, Any]) -> Dict[str, Any]:
-        runtime_env = dict(options.get("runtime_env") or {})
-        env_vars = bridge_env(runtime_env.get("env_vars"))
-        if self.group is not None and self.launched < self.servers:
-            runtime_env = worker_runtime_env(self.plan, self.group,
-                                             self.first_rank + self.launched, runtime_env)
-            env_vars.update(runtime_env.get("env_vars") or {})
-        runtime_env["env_vars"] = env_vars
+        planned = self.group if self.launched < self.servers else None
+        rank = self.first_rank + self.launched
         self.launched += 1
-        return {**options, "runtime_env": runtime_env}
+        return bridged_options(options, self.plan, planned, rank)
 
 
 _LAUNCHING: contextvars.ContextVar[Optional[ServerLauncher]] = contextvars.ContextVar(

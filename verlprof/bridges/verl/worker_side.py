@@ -83,10 +83,6 @@ class ProcessHost(ProfilingWorkerMixin):
             if self._active:
                 self._gate(profiler, True)
 
-    @property
-    def profilers(self) -> List[Any]:
-        return list(self._profilers)
-
 
 class VerlprofImpl:
     """What verl's ``DistProfiler`` delegates to (the shape of verl's own implementations:
