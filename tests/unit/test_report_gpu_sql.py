@@ -21,8 +21,6 @@ from verlprof.backends.nsys.nvtx import NVTX_DOMAIN
 from verlprof.backends.nsys.read import read_nsys_sqlite
 from verlprof.backends.nsys.sqlite import (
     list_tables,
-    read_cuda_kernels,
-    read_memcpy,
     read_nvtx_ranges,
 )
 from verlprof.backends.reading import attribute
@@ -59,10 +57,14 @@ def old_attribution(path: str) -> List[Tuple[str, Optional[int], Optional[int], 
     spans = [(r.start_ns, r.end_ns) for r in phases]
     has_k = "CUPTI_ACTIVITY_KIND_KERNEL" in tables
     has_m = "CUPTI_ACTIVITY_KIND_MEMCPY" in tables
-    kern = attribute(spans, [(launches.get(k.correlation_id, k.start_ns), k.duration_ns)
-                             for k in read_cuda_kernels(path)] if has_k else None)
-    mem = attribute(spans, [(launches.get(m.correlation_id, m.start_ns), m.duration_ns)
-                            for m in read_memcpy(path)] if has_m else None)
+    def events(table: str) -> List[Tuple[int, int]]:  # (launch or start, duration), by start
+        with sqlite3.connect(path) as db:
+            rows = db.execute(f"SELECT start, end, correlationId FROM {table} "
+                              "WHERE start IS NOT NULL AND end IS NOT NULL ORDER BY start")
+            return [(launches.get(c, s), e - s) for s, e, c in rows]
+
+    kern = attribute(spans, events("CUPTI_ACTIVITY_KIND_KERNEL") if has_k else None)
+    mem = attribute(spans, events("CUPTI_ACTIVITY_KIND_MEMCPY") if has_m else None)
     return [(r.text, k[0], k[1], m[0]) for r, k, m in zip(phases, kern, mem)]
 
 

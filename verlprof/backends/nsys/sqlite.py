@@ -20,11 +20,7 @@ Schema facts used here, checked on exports of nsys 2022.4.2.1 (schema 3.0.0):
   nsys run (differences equal the differences of ``utcEpochNs``).
 * CPU-only reports have no ``CUPTI_ACTIVITY_KIND_KERNEL``/``..._MEMCPY`` tables (nor
   ``NVTX_EVENTS`` when nvtx was not traced or nothing was emitted): readers return ``[]``.
-  Kernel/memcpy columns follow nsys' own 2022.4 report scripts (``gputrace.py``): ``start``,
-  ``end``, ``streamId``, ``correlationId``, ``globalPid``, ``demangledName``/``shortName``
-  (→ ``StringIds``), ``gridX..Z``, ``blockX..Z``; memcpy ``bytes``, ``copyKind``
-  (→ ``ENUM_CUDA_MEMCPY_OPER``), ``srcKind``/``dstKind`` (→ ``ENUM_CUDA_MEM_KIND``). Absent
-  columns read as ``None``.
+  The GPU tables are read per phase, never event by event (:mod:`.gpu_plan`).
 
 Every failure to read a file (missing, not SQLite, truncated, malformed) raises
 :class:`ReportReadError`.
@@ -36,7 +32,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from verlprof.backends.reading import ReportReadError
 
@@ -82,44 +78,6 @@ class NvtxRange:
 
 
 @dataclass(frozen=True)
-class CudaKernel:
-    """One GPU kernel execution (``CUPTI_ACTIVITY_KIND_KERNEL``)."""
-
-    name: str
-    start_ns: int
-    end_ns: int
-    stream_id: Optional[int]
-    correlation_id: Optional[int]
-    pid: Optional[int]
-    grid: Tuple[Optional[int], Optional[int], Optional[int]]
-    block: Tuple[Optional[int], Optional[int], Optional[int]]
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-
-@dataclass(frozen=True)
-class CudaMemcpy:
-    """One GPU memory copy (``CUPTI_ACTIVITY_KIND_MEMCPY``)."""
-
-    start_ns: int
-    end_ns: int
-    bytes: Optional[int]
-    copy_kind: str
-    """``"Host-to-Device"``, ``"Device-to-Host"``, ... (``ENUM_CUDA_MEMCPY_OPER.label``)."""
-    src_kind: Optional[str]
-    dst_kind: Optional[str]
-    stream_id: Optional[int]
-    correlation_id: Optional[int]
-    pid: Optional[int]
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-
-@dataclass(frozen=True)
 class ReportTimeBounds:
     """The recorded interval of a report, relative (session ns) and absolute (epoch ns)."""
 
@@ -136,13 +94,6 @@ class ReportTimeBounds:
     @property
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
-
-
-_MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
-                  4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device",
-                  7: "Device-to-Array", 8: "Device-to-Device", 9: "Host-to-Host",
-                  10: "Peer-to-Peer", 11: "Unified Host-to-Device",
-                  12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
 
 
 @contextmanager
@@ -183,10 +134,6 @@ def _tables(conn: sqlite3.Connection) -> set:
 
 def _columns(conn: sqlite3.Connection, table: str) -> set:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-
-
-def _col(cols: set, name: str, prefix: str) -> str:
-    return f"{prefix}{name}" if name in cols else "NULL"
 
 
 def list_tables(sqlite_path: PathLike) -> List[str]:
@@ -282,72 +229,6 @@ def iter_nvtx_ranges(sqlite_path: PathLike, domain: Optional[str] = None,
                             (g >> 24) & _LOW24, None if gtid is None else int(gtid))
 
 
-def read_cuda_kernels(sqlite_path: PathLike) -> List[CudaKernel]:
-    """GPU kernels of a report sorted by start; ``[]`` when the table is absent (CPU-only).
-    One object per kernel: the report's per-phase totals never use it (see
-    :mod:`~verlprof.backends.nsys.gpu_sql`); it is the event-by-event reference the tests check
-    those totals against, and the kernels per stream of a merged trace."""
-    with _open(sqlite_path) as conn:
-        tables = _tables(conn)
-        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-            return []
-        c = _columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL")
-        strings = "StringIds" in tables
-        if strings and ("demangledName" in c or "shortName" in c):
-            parts = [f"(SELECT value FROM StringIds WHERE id = k.{n})"
-                     for n in ("demangledName", "shortName") if n in c]
-            name = f"coalesce({', '.join(parts + ['NULL'])})"
-        else:
-            name = "NULL"
-        fields = [name, "k.start", "k.end"] + [
-            _col(c, n, "k.") for n in ("streamId", "correlationId", "globalPid", "gridX",
-                                       "gridY", "gridZ", "blockX", "blockY", "blockZ")]
-        rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                            "ORDER BY k.start").fetchall()
-    return [CudaKernel(r[0] or "", int(r[1]), int(r[2]), r[3], r[4], _pid(r[5]),
-                       (r[6], r[7], r[8]), (r[9], r[10], r[11]))
-            for r in rows if r[1] is not None and r[2] is not None]
-
-
-def _pid(global_pid: Optional[int]) -> Optional[int]:
-    return None if global_pid is None else (int(global_pid) >> 24) & _LOW24
-
-
-def _enum_labels(conn: sqlite3.Connection, tables: set, table: str) -> Dict[int, str]:
-    if table not in tables:
-        return {}
-    cols = _columns(conn, table)
-    label = "label" if "label" in cols else "name"
-    return {int(i): str(v) for i, v in conn.execute(f"SELECT id, {label} FROM {table}")}
-
-
-def read_memcpy(sqlite_path: PathLike) -> List[CudaMemcpy]:
-    """GPU memory copies of a report sorted by start; ``[]`` when the table is absent. As
-    :func:`read_cuda_kernels`: the tests' reference and a merged trace's copies per stream."""
-    with _open(sqlite_path) as conn:
-        tables = _tables(conn)
-        if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
-            return []
-        c = _columns(conn, "CUPTI_ACTIVITY_KIND_MEMCPY")
-        kinds = _enum_labels(conn, tables, "ENUM_CUDA_MEMCPY_OPER") or _MEMCPY_LABELS
-        mem = _enum_labels(conn, tables, "ENUM_CUDA_MEM_KIND")
-        fields = ["m.start", "m.end"] + [
-            _col(c, n, "m.") for n in ("bytes", "copyKind", "srcKind", "dstKind", "streamId",
-                                       "correlationId", "globalPid")]
-        rows = conn.execute(f"SELECT {', '.join(fields)} FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
-                            "ORDER BY m.start").fetchall()
-    out = []
-    for r in rows:
-        if r[0] is None or r[1] is None:
-            continue
-        kind = kinds.get(int(r[3]), f"kind {r[3]}") if r[3] is not None else "Unknown"
-        out.append(CudaMemcpy(int(r[0]), int(r[1]), r[2], kind,
-                              mem.get(int(r[4])) if r[4] is not None else None,
-                              mem.get(int(r[5])) if r[5] is not None else None,
-                              r[6], r[7], _pid(r[8])))
-    return out
-
-
 def report_time_bounds(sqlite_path: PathLike) -> ReportTimeBounds:
     """Recorded interval of a report and the wall clock of its session time 0."""
     with _open(sqlite_path) as conn:
@@ -382,7 +263,6 @@ def _last_event_end(conn: sqlite3.Connection, tables: set) -> int:
     return best
 
 
-__all__ = ["CudaKernel", "CudaMemcpy", "EVENT_DOMAIN_CREATE", "EVENT_MARK", "EVENT_PUSH_POP",
-           "EVENT_START_END", "NvtxRange", "ReportReadError", "ReportTimeBounds", "list_tables",
-           "open_export",
-           "read_cuda_kernels", "read_memcpy", "read_nvtx_ranges", "report_time_bounds"]
+__all__ = ["EVENT_DOMAIN_CREATE", "EVENT_MARK", "EVENT_PUSH_POP", "EVENT_START_END",
+           "NvtxRange", "ReportReadError", "ReportTimeBounds", "list_tables", "open_export",
+           "read_nvtx_ranges", "report_time_bounds"]
