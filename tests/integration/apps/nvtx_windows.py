@@ -2,7 +2,8 @@
 
 Run it under ``nsys profile -c nvtx -p VERLPROF_CAPTURE@verlprof --capture-range-end=repeat:N``.
 Window ``w`` (1-based) holds the ranges ``WINDOW_RANGES[w-1]`` (start/end ranges, one of them
-ended on another thread), a push/pop ``<group>/push`` and a mark ``<group>/mark``. Ranges named
+ended on another thread), a push/pop ``<group>/push`` and a mark ``<group>/mark`` (verlprof emits
+neither: they come from the ``nvtx`` package, as a user's own code would). Ranges named
 ``outside/...`` are emitted between windows and must appear in no report. Writes a JSON file
 (``--out``) with the pid, the emitter backend and the wall clock (``time.time_ns()``) of each
 window's mark, so a test can check the report's time base.
@@ -16,7 +17,10 @@ import os
 import threading
 import time
 
+import nvtx
+
 from verlprof.backends.nsys import nvtx as vnvtx
+from verlprof.backends.nsys.nvtx_base import NVTX_DOMAIN
 
 WINDOW_RANGES = [
     ("actor/compute_log_prob", "actor/update_actor"),
@@ -54,10 +58,10 @@ def main() -> None:
         em.range_end(h1)
         h2 = em.range_start(second)
         ender = threading.Thread(target=em.range_end, args=(h2,))
-        em.push(f"{group}/push")
-        em.mark(f"{group}/mark")
+        nvtx.push_range(f"{group}/push", domain=NVTX_DOMAIN)
+        nvtx.mark(f"{group}/mark", domain=NVTX_DOMAIN)
         info["marks"][str(w)] = time.time_ns()
-        em.pop()
+        nvtx.pop_range(domain=NVTX_DOMAIN)
         ender.start()
         ender.join()
         if w in args.close_from_thread:
@@ -66,7 +70,7 @@ def main() -> None:
             closer.join()
         else:
             vnvtx.capture_close(cap)
-    em.mark("outside/after_all")
+    nvtx.mark("outside/after_all", domain=NVTX_DOMAIN)
     with open(args.out, "w") as fh:
         json.dump(info, fh)
     time.sleep(args.linger)

@@ -115,17 +115,6 @@ class _PackageEmitter(NvtxEmitter):
         if handle is not None:
             self._lib.end_range(handle)
 
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        attr, handle = self._attr(name, domain)
-        self._lib.push_range(attr, handle)
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:
-        self._lib.pop_range(self._domain(domain).handle)
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        attr, handle = self._attr(name, domain)
-        self._lib.mark(attr, handle)
-
 
 class _TorchEmitter(NvtxEmitter):
     """``torch.cuda.nvtx`` (CUDA builds only). No domains: everything is in the default one."""
@@ -141,15 +130,6 @@ class _TorchEmitter(NvtxEmitter):
     def range_end(self, handle: Any) -> None:
         if handle is not None:
             self._t.range_end(handle)
-
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        self._t.range_push(name)
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:
-        self._t.range_pop()
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        self._t.mark(name)
 
 
 def _package_version(nvtx_module: Any) -> tuple:

@@ -57,15 +57,6 @@ class NullEmitter:
     def range_end(self, handle: Any) -> None:
         return None
 
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        return None
-
     def __repr__(self) -> str:
         return "NullEmitter()"
 
@@ -83,15 +74,6 @@ class NvtxEmitter:
         raise NotImplementedError
 
     def range_end(self, handle: Any) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:  # pragma: no cover
         raise NotImplementedError
 
     def __repr__(self) -> str:

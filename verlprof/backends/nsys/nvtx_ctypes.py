@@ -146,17 +146,6 @@ class _CtypesEmitter(NvtxEmitter):
         if handle is not None:
             self._c.nvtxDomainRangeEnd(handle[0], handle[1])
 
-    def push(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        ptr, d, _ = self._attr(name, domain)
-        self._c.nvtxDomainRangePushEx(d, ptr)
-
-    def pop(self, domain: str = NVTX_DOMAIN) -> None:
-        self._c.nvtxDomainRangePop(self._domain(domain))
-
-    def mark(self, name: str, domain: str = NVTX_DOMAIN) -> None:
-        ptr, d, _ = self._attr(name, domain)
-        self._c.nvtxDomainMarkEx(d, ptr)
-
 
 def make_ctypes_emitter() -> Optional[NvtxEmitter]:
     """The first NVTX library that loads, bound; None when there is none."""
