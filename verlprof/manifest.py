@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import dacite
 
@@ -80,6 +80,14 @@ class ReportEntry:
     origin: Optional[str] = None
     """``verl``: written by verl's own route (its rollout engines' profiler), gathered by
     verlprof; None: written by verlprof."""
+
+    @property
+    def identity(self) -> ReportIdentity:
+        """The report's identity, as the plan and the worker knew it."""
+        return ReportIdentity(steps=self.steps, group=self.group, rank=self.rank,
+                              component=self.component, backend=self.backend, path=self.path,
+                              role=self.role, phase=self.phase, roles=self.roles,
+                              requested_by=self.requested_by, requested_at=self.requested_at)
 
     @classmethod
     def of(cls, report: ReportIdentity, **outcome: Any) -> ReportEntry:
@@ -189,6 +197,10 @@ class Manifest:
     running: bool = False
     """True in a manifest written while the job runs, after an on-demand window's reports were
     gathered (it lists those only); the job's end writes the whole one, False."""
+
+    def by_status(self, status: Status) -> List[ReportEntry]:
+        """Entries with ``status``."""
+        return [r for r in self.reports if r.status == status]
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

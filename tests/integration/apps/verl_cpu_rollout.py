@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any, Dict, Literal, Sequence
 
 import ray
@@ -147,6 +148,7 @@ class CpuRolloutRunner:
                 replica = replicas[kill[1]]
                 killed = ray.get(replica.servers[0].recorded.remote())
                 ray.kill(replica.servers[0])
+                _wait_until_dead(replica.servers[0])  # ray.kill returns at once
                 observed_replicas = [r for r in replicas if r is not replica]
             if bridge is not None:
                 bridge.end_step(step)
@@ -169,6 +171,21 @@ class CpuRolloutRunner:
             for pg in pool.pgs or []:
                 ray.util.remove_placement_group(pg)
         return observed
+
+
+def _wait_until_dead(actor: Any, timeout_s: float = 60.0) -> None:
+    """Until Ray says ``actor`` died: a call sent before that may still reach it, and then a
+    window the test means to leave open at the death would be closed first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.recorded.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"the killed actor still answers after {timeout_s:g}s")
 
 
 def run_generation(mode: Mode, overrides: Sequence[str], save_path: str,
