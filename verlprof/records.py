@@ -26,8 +26,8 @@ Transfer = Literal["rename", "ray", "direct"]
 """How a report reached output_dir."""
 StartReply = Literal["started", "already-started", "not-planned", "finalized", "not-configured"]
 """A worker's answer to ``verlprof_start``."""
-StopReply = Literal["stopped", "not-started", "not-configured"]
-"""A worker's answer to ``verlprof_stop``."""
+StopOutcome = Literal["stopped", "not-started", "not-configured"]
+"""What a worker did on ``verlprof_stop``."""
 VerlRelease = Literal["0.4.1", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.9.1"]
 """The verl release whose config keys a verl-layout config uses (recognised from the keys; each
 release has its own semantics: which block the hybrid worker reads, which rank ``enable`` with
@@ -75,6 +75,16 @@ class ReportIdentity:
     None for a planned window."""
     requested_at: Optional[float] = None
     """When that request was accepted (seconds since the epoch)."""
+
+
+@dataclass(frozen=True)
+class StopReply:
+    """A worker's answer to ``verlprof_stop``: what it did, and its wall clock when it
+    answered, so that every window gives the controller a clock reading without a call of its
+    own (``verlprof.runtime.clock_sync``)."""
+
+    outcome: StopOutcome
+    clock_ns: int
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def test_repeated_backwards_and_late_steps_real_nsys(ray_cluster, tmp_path):
 
     try:
         controller.stop_all()  # stop without start: nothing happens
-        assert ray.get(worker.verlprof_stop.remote()) == "not-started"
+        assert ray.get(worker.verlprof_stop.remote()).outcome == "not-started"
         run(1)  # not planned
         assert opened() == 0
         with controller.step(2):
@@ -53,7 +53,7 @@ def test_repeated_backwards_and_late_steps_real_nsys(ray_cluster, tmp_path):
         run(3)
         run(9)  # after the last window
         assert opened() == 2
-        assert ray.get(worker.verlprof_stop.remote((3,))) == "not-started"
+        assert ray.get(worker.verlprof_stop.remote((3,))).outcome == "not-started"
         first = controller.finalize()
         assert controller.finalize() is first  # twice: the same manifest
         run(3)  # after finalize: nothing (no RPC at all)

@@ -239,8 +239,8 @@ def test_repeated_backwards_and_late_steps_capture_each_window_once(tmp_path):
     controller, ranks, rpc = controller_of(plan_of(tmp_path, [2, 3]))
     worker = ranks[0]
     controller.stop_all()  # stop without start: nothing happens
-    assert rpc.sent == [("verlprof_configure", [R0, R1])] and worker.verlprof_stop() == \
-        "not-started"
+    assert rpc.sent == [("verlprof_configure", [R0, R1])] and \
+        worker.verlprof_stop().outcome == "not-started"
     with controller.step(2):
         assert worker.verlprof_start((2,)) == "already-started"
         phases(ranks)

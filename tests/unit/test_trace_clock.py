@@ -1,7 +1,8 @@
 """Clocks shifted on purpose: the workers' clock (``VERLPROF_TEST_CLOCK_OFFSET_NS``, read by
 :func:`verlprof.worker.clock.clock_ns`) runs ahead of the controller's; the controller measures
-each offset at registration and around every window, the manifest keeps the tightest with its
-error bound, and the trace puts the workers' events back on the controller's clock within it."""
+each offset at registration and from every window's stop answer, the manifest keeps the
+tightest with its error bound, and the trace puts the workers' events back on the controller's
+clock within it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import time
 
 from tests.trace_reader import decode
-from tests.unit.test_controller import controller_of, plan_of, run
+from tests.unit.test_controller import GROUP, Sent, controller_of, plan_of, run
 from verlprof.manifest import read_manifest
 from verlprof.runtime.clock_sync import ClockSync
 from verlprof.trace.build import write_trace
@@ -82,3 +83,29 @@ def test_the_tightest_reading_is_kept():
     assert slow["clock_error_ns"] >= 20_000_000 > fast["clock_error_ns"]
     assert abs(fast["clock_offset_ns"] - 1000) <= fast["clock_error_ns"]
     assert sync.fields(("g", 1)) == {"clock_offset_ns": None, "clock_error_ns": None}
+
+
+class _Counted(Sent):
+    """Every method sent, the clock's own calls too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.methods: list = []
+
+    def call(self, method, targets, args, **kwargs):
+        self.methods.append(method)
+        return super().call(method, targets, args, **kwargs)
+
+
+def test_each_window_s_stop_answer_is_a_reading_at_no_call_of_its_own(tmp_path):
+    """After registration, the clock is never asked on its own: a profiled step is a start
+    and a stop fan-out (benchmarks/p2_fanout.py), and the stop's answer carries the clock."""
+    rpc = _Counted()
+    controller, ranks, _ = controller_of(plan_of(tmp_path, [2]), rpc=rpc)
+    assert rpc.methods == ["verlprof_configure", "verlprof_clock"]
+    controller._clocks.readings.clear()  # what follows comes from the windows alone
+    run(controller, ranks, [1, 2, 3])
+    assert rpc.methods[2:] == ["verlprof_start", "verlprof_stop"]
+    for rank in (0, 1):
+        fields = controller._clocks.fields((GROUP, rank))
+        assert abs(fields["clock_offset_ns"]) <= fields["clock_error_ns"] < 10**9

@@ -68,13 +68,13 @@ def test_unconfigured_worker_runs_methods_unchanged():
 
 def test_whole_step_windows_with_idempotent_start_stop(tmp_path):
     plan, worker = make(tmp_path)
-    assert worker.verlprof_stop((1,)) == "not-started"
+    assert worker.verlprof_stop((1,)).outcome == "not-started"
     assert worker.verlprof_start((1,)) == "started"
     assert worker.verlprof_start((1,)) == "already-started"
     worker.generate_sequences(1)
     worker.update_actor(2)
-    assert worker.verlprof_stop((1,)) == "stopped"
-    assert worker.verlprof_stop((1,)) == "not-started"
+    assert worker.verlprof_stop((1,)).outcome == "stopped"
+    assert worker.verlprof_stop((1,)).outcome == "not-started"
     worker.update_actor(5)  # outside any window: not recorded
     assert worker.verlprof_start((1,)) == "not-planned"  # a window opens at most once
     entries = worker.verlprof_finalize(timeout_s=5)
@@ -92,10 +92,10 @@ def test_start_without_steps_opens_the_planned_window_after_the_last_started(tmp
     assert worker.verlprof_status().next == (1,)
     assert worker.verlprof_start() == "started"
     assert worker.verlprof_status().armed == (1,) and worker.verlprof_status().next == (2,)
-    assert worker.verlprof_stop() == "stopped"
+    assert worker.verlprof_stop().outcome == "stopped"
     assert worker.verlprof_start((5,)) == "started"  # a jump (resume) moves past the skipped
     assert worker.verlprof_status().next is None
-    assert worker.verlprof_stop() == "stopped"
+    assert worker.verlprof_stop().outcome == "stopped"
     assert worker.verlprof_start() == "not-planned"  # none left after the last
     assert worker.verlprof_start((2,)) == "started"  # the skipped one is still there
     assert worker.verlprof_status().next == (5,)

@@ -1,20 +1,22 @@
 """Each process's clock against the controller's, with a known error bound.
 
-The controller asks its ranks for their wall clock (``verlprof_clock``) at registration and
-after every window closes. A reading ``w`` answered between the controller's ``t0`` (call sent)
-and ``t1`` (answer back) was taken at some controller time in ``[t0, t1]``: the offset
-``w - (t0 + t1) / 2`` is off by at most half the round trip. Of all readings, the one with the
-smallest round trip is kept (the tightest bound). The RPC layer answers a fan-out as a whole, so
-the round trip is the fan-out's: at thousands of ranks the bound is that of the slowest answer
+The controller asks its ranks for their wall clock (``verlprof_clock``) at registration, and
+each window's stop answers with it (``StopReply.clock_ns``: a call of its own made a profiled
+step's control cost three fan-outs instead of two, benchmarks/p2_fanout.py). A reading ``w``
+answered between the controller's ``t0`` (call sent) and ``t1`` (answer back) was taken at some
+controller time in ``[t0, t1]``: the offset ``w - (t0 + t1) / 2`` is off by at most half the
+round trip. Of all readings, the one with the smallest round trip is kept (the tightest bound).
+The RPC layer answers a fan-out as a whole, so the round trip is the fan-out's: at thousands of
+ranks the bound is that of the slowest answer
 (docs/user_guide.md#one-trace-of-the-whole-job says how large it came out).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
-from verlprof.records import Target
+from verlprof.records import StopReply, Target
 
 ClockReading = Tuple[int, int]
 """(offset ns: process clock minus controller clock, error bound ns)."""
@@ -34,12 +36,23 @@ class ClockSync:
         asked = [t for t in targets if t not in failed and t not in busy]
         if not asked:
             return
+        self.call(rpc, "verlprof_clock", asked)
+
+    def call(self, rpc: Any, method: str, targets: Sequence[Target]) -> Tuple[Any, Any]:
+        """``method`` without arguments on ``targets`` (``rpc.call``'s answer), each answer
+        taken as a reading."""
         sent = time.time_ns()
-        answers, _ = rpc.call("verlprof_clock", asked, lambda t: ())
-        back = time.time_ns()
+        answers, errors = rpc.call(method, targets, lambda t: ())
+        self.take(answers, sent, time.time_ns())
+        return answers, errors
+
+    def take(self, answers: Mapping[Target, Any], sent: int, back: int) -> None:
+        """Readings answered between controller times ``sent`` and ``back``: a clock in ns, or
+        a :class:`~verlprof.records.StopReply` carrying one; anything else is no reading."""
         half = (back - sent + 1) // 2
         middle = sent + (back - sent) // 2
-        for target, worker_ns in answers.items():
+        for target, answer in answers.items():
+            worker_ns = answer.clock_ns if isinstance(answer, StopReply) else answer
             if not isinstance(worker_ns, int):
                 continue
             known = self.readings.get(target)

@@ -273,12 +273,12 @@ class ProfileController:
         self._stopped.append((started, unclosed))  # for what a rank that dies later left
         try:
             if targets:
-                _, errors = self._rpc.call("verlprof_stop", targets, lambda t: ())
+                # each stop's answer is a clock reading too: one per window, for the trace
+                _, errors = self._clocks.call(self._rpc, "verlprof_stop", targets)
                 unclosed.update(target for target, _ in errors)
                 for target, _ in errors:
                     self._next[target] = None
                 self._on_errors(errors, raise_errors)
-                self._clocks.measure(self._rpc, targets)  # around every window
         finally:  # the workers' windows first: none of them takes in this process's close
             self._controller.close()
 

@@ -51,9 +51,11 @@ class ProfilingWorkerMixin:
         return session.start(steps) if session is not None else "not-configured"
 
     def verlprof_stop(self, steps: Optional[Sequence[int]] = None) -> StopReply:
-        """Close or disarm the current window; idempotent."""
+        """Close or disarm the current window; idempotent. The answer carries this process's
+        clock: a reading per window at no call of its own (``verlprof.runtime.clock_sync``)."""
         session = self._verlprof_session
-        return session.stop(steps) if session is not None else "not-configured"
+        outcome = session.stop(steps) if session is not None else "not-configured"
+        return StopReply(outcome=outcome, clock_ns=clock_ns())
 
     def verlprof_status(self) -> SessionStatus:
         """Where this process stands: identity, whether it runs under a profiler, its windows."""

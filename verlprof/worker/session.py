@@ -25,7 +25,7 @@ from verlprof.records import (
     SessionStatus,
     StartReply,
     StepWindow,
-    StopReply,
+    StopOutcome,
     WorkerReport,
 )
 from verlprof.worker.annotate import set_active
@@ -92,7 +92,7 @@ class ProfileSession:
         with self._lock:
             return self._actions[(self.state, START)](self, steps)
 
-    def stop(self, steps: Optional[Sequence[int]] = None) -> StopReply:
+    def stop(self, steps: Optional[Sequence[int]] = None) -> StopOutcome:
         """Close the open window (whole) or disarm (discrete). Stopping nothing is a no-op."""
         with self._lock:
             return self._actions[(self.state, STOP)](self, steps)
@@ -205,11 +205,11 @@ class ProfileSession:
         return window
 
     # -- stop ----------------------------------------------------------------------------
-    def _not_started(self, steps: Optional[Sequence[int]]) -> StopReply:
+    def _not_started(self, steps: Optional[Sequence[int]]) -> StopOutcome:
         """idle or finalized: nothing to stop."""
         return "not-started"
 
-    def _disarm(self, steps: Optional[Sequence[int]]) -> StopReply:
+    def _disarm(self, steps: Optional[Sequence[int]]) -> StopOutcome:
         """armed or open: the open window closes, then the step is disarmed (a stop naming
         another window is a no-op)."""
         if steps is not None and tuple(steps) != self.armed:
