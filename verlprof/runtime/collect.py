@@ -117,23 +117,25 @@ def unreachable_reports(process: ProcessPlan, where: ProcessIdentity, reason: st
     if history and where.pid and where.node_id in ("", local_node_id) \
             and all(closed for _, closed in history[:-1]):
         found = backend.left_by_dead(process, where, [s for s, _ in history], timeout_s)
-    partial = [f for f in partial_reports(process, where) if f not in found.values()]
+    placed = set(found.values())
+    partial = [f for f in partial_reports(process, where) if f not in placed]
+    why_missing = reason
     if partial:
         folder = paths.raw_dir("", process.group, process.rank)  # relative to output_dir
-        reason += f"; {len(partial)} uncollected file(s) left in {folder}"
+        why_missing += f"; {len(partial)} uncollected file(s) left in {folder}"
     cut = {steps for steps, closed in history if not closed}
     out = []
     for window in process.windows:
         raw = found.get(window.report.path)
         if raw is None:
             out.append(worker_report(window, raw_path=None, status=STATUS_MISSING,
-                                     reason=reason, where=where))
+                                     reason=why_missing, where=where))
         elif window.steps not in cut or backend.writes_at_close:
             out.append(worker_report(window, raw_path=raw, status=STATUS_OK, where=where))
         else:
             out.append(worker_report(window, raw_path=raw, status=STATUS_INCOMPLETE, where=where,
-                                     reason=f"{reason.split(';')[0]} in this window; the report "
-                                            f"holds what was captured until then"))
+                                     reason=f"{reason} in this window; the report holds what "
+                                            f"was captured until then"))
     return out
 
 

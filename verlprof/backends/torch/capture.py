@@ -78,7 +78,6 @@ class TorchCapture(Capture):
 
         return torch.autograd.profiler.record_function(label)
 
-
     def collect(self, opened: Sequence[OpenedWindow], never_opened: Sequence[Window],
                 timeout_s: float) -> List[WorkerReport]:
         out = []
