@@ -46,7 +46,7 @@ node:
 	bash scripts/install_node.sh
 
 lint: install-test
-	$(BIN)/ruff check verlprof tests benchmarks
+	$(BIN)/ruff check verlprof tests benchmarks scripts
 	$(BIN)/mypy
 
 unit: install-test node

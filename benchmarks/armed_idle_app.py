@@ -1,6 +1,6 @@
 """Run by :mod:`benchmarks.on_demand`: the demo's ``actor_rollout_ref`` phase work, one rank,
 no Ray, timed per step. ``argv``: steps, then optionally a pickled
-:class:`~verlprof.plan.model.ProcessPlan` (an armed rank's: installed as the controller
+:class:`~verlprof.plan_model.ProcessPlan` (an armed rank's: installed as the controller
 would, so each phase is an NVTX range like in a real armed rank; without it the rank is
 unprofiled, as in a run with nothing armed). Prints ``step <ns>`` per step."""
 

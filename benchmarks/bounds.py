@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
-from verlprof.backends.nsys.procs import _pids, proc_info, terminate_processes
+from verlprof.backends.nsys.procs import all_pids, proc_info, terminate_processes
 
 RUN_ENV = "VERLPROF_BENCH_RUN"
 """Marker of every process one ``python -m benchmarks`` starts (Ray's included)."""
@@ -56,7 +56,7 @@ def hangs(step: str) -> bool:
 def marked(variable: str, value: str) -> List[int]:
     """Live processes (this one excepted) with ``variable=value`` in their environment."""
     needle, me, out = f"{variable}={value}".encode(), os.getpid(), []
-    for pid in _pids():
+    for pid in all_pids():
         if pid == me:
             continue
         try:

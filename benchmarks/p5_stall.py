@@ -81,7 +81,7 @@ def run_loop(plan_dict: Dict[str, Any]) -> Dict[str, Any]:
 
     from verlprof.plan import ProfilePlan
     from verlprof.runtime.controller import ProfileController
-    from verlprof.runtime.launch import worker_options
+    from verlprof.runtime.ray_options import worker_options
 
     plan = ProfilePlan.from_dict(plan_dict)
     controller = ProfileController(plan, echo=False, preflight="quick")
@@ -180,7 +180,7 @@ def window_check(output_dir: str, manifest: Dict[str, Any]) -> List[str]:
 def run(log=print) -> List[Result]:
     import ray
 
-    from verlprof.runtime.launch import controller_options
+    from verlprof.runtime.ray_options import controller_options
 
     work = tempfile.mkdtemp(prefix="verlprof-bench-p5-")
     results: List[Result] = []

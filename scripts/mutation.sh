@@ -24,8 +24,8 @@ RUNS=(
   "verlprof/report/stragglers.py|tests/unit/test_report_stragglers.py tests/unit/test_report_analysis.py"
   "verlprof/report/matrix.py|tests/unit/test_report_matrix_cells.py tests/unit/test_report_analysis.py tests/unit/test_report_gpu_columns.py tests/unit/test_report_outputs.py"
   "verlprof/plan/build.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_finish_hook.py tests/unit/test_time_windows.py"
-  "verlprof/plan/model.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_time_windows.py"
-  "verlprof/plan/on_demand.py|tests/unit/test_on_demand.py tests/unit/test_on_demand_lines.py tests/unit/test_plan.py"
+  "verlprof/plan_model.py|tests/unit/test_plan.py tests/unit/test_plan_edges.py tests/unit/test_launch.py tests/unit/test_on_demand.py tests/unit/test_time_windows.py"
+  "verlprof/plan/request_plan.py|tests/unit/test_on_demand.py tests/unit/test_on_demand_lines.py tests/unit/test_plan.py"
   "verlprof/plan/render.py|tests/unit/test_plan_render_lines.py tests/unit/test_plan_render_tables.py tests/unit/test_plan_render_hostile.py tests/unit/test_verl_pools.py tests/unit/test_verl_keys.py tests/unit/test_on_demand.py::test_the_plan_shows_the_armed_ranks_and_their_launch_command tests/unit/test_time_windows.py::test_the_plan_carries_the_bounds_to_every_process_and_shows_them tests/docs/test_messages.py"
   "verlprof/runtime/controller.py|tests/unit/test_controller.py tests/unit/test_controller_defaults.py tests/unit/test_controller_edges.py tests/unit/test_controller_identity.py tests/unit/test_on_demand.py tests/unit/test_manifest_disk_full.py tests/unit/test_held_signal_driver.py tests/unit/test_finish_hook.py tests/unit/test_storage.py::test_no_window_opens_once_output_dir_cannot_be_written_and_training_goes_on tests/unit/test_storage.py::test_with_on_rank_failure_raise_the_run_stops_at_the_next_window"
 )

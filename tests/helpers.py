@@ -174,3 +174,34 @@ def read_columns(conn: Any, path: str, table: str,
                                   else np.zeros(len(p), dtype=bool) for p in parts])
                   for j in range(len(columns)))
     return Chunk(values=values, nulls=nulls)
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """``verlprof report ARGV`` through the command line's own entry point."""
+    from verlprof.cli import main
+
+    return main(["report", *argv])
+
+
+def trace_main(argv: Sequence[str]) -> int:
+    """``verlprof trace ARGV`` through the command line's own entry point."""
+    from verlprof.cli import main
+
+    return main(["trace", *argv])
+
+
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` (repository tooling, not part of the package) as a module."""
+    import importlib.util
+    import sys
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                        f"{name}.py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module

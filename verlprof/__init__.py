@@ -30,8 +30,8 @@ _PUBLIC = {
     "build_plan": "verlprof.plan",
     "ProfilePlan": "verlprof.plan",
     "Topology": "verlprof.config.topology",
-    "worker_options": "verlprof.runtime.launch",
-    "controller_options": "verlprof.runtime.launch",
+    "worker_options": "verlprof.runtime.ray_options",
+    "controller_options": "verlprof.runtime.ray_options",
     "ProfileController": "verlprof.runtime.controller",
     "ProfilingWorkerMixin": "verlprof.worker",
     "annotate": "verlprof.worker",
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from verlprof.plan import ProfilePlan, build_plan
     from verlprof.report import summarize
     from verlprof.runtime.controller import ProfileController
-    from verlprof.runtime.launch import controller_options, worker_options
+    from verlprof.runtime.ray_options import controller_options, worker_options
     from verlprof.worker.annotate import annotate
     from verlprof.worker.mixin import ProfilingWorkerMixin
 

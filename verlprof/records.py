@@ -8,7 +8,7 @@ identity (:class:`ReportIdentity`) from the plan through the worker's reply into
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Tuple, get_args
+from typing import Dict, Literal, Optional, Tuple, get_args
 
 Tool = Literal["nsys", "torch", "rocprof_sys"]
 """A profiling backend."""
@@ -32,6 +32,37 @@ VerlRelease = Literal["0.4.1", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.9
 """The verl release whose config keys a verl-layout config uses (recognised from the keys; each
 release has its own semantics: which block the hybrid worker reads, which rank ``enable`` with
 no ranks selects, which methods verl annotates)."""
+
+@dataclass(frozen=True)
+class ToolTraits:
+    """What the plan must know of a tool, and the backend executes (one place for both)."""
+
+    output_at_exit: bool = False
+    """The tool writes one output per process, when the process exits, covering all its
+    windows (rocprof-sys): the plan gives every window of a process the same report path,
+    finalize records the entries as pending, and ``ProfileController.wait_for_profilers``
+    collects them after the workers exit."""
+    time_windows: bool = True
+    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
+
+
+TOOL_TRAITS: Dict[Tool, ToolTraits] = {
+    "nsys": ToolTraits(),
+    "torch": ToolTraits(),
+    # rocprof-sys: one set of files per process, written at exit; time bounds not tried
+    # without an AMD GPU, so refused rather than guessed
+    "rocprof_sys": ToolTraits(output_at_exit=True, time_windows=False),
+}
+
+NSYS_OWNER_ENV = "VERLPROF_NSYS_OWNER"
+"""Set to the run's output directory in every nsys launch this run plans, so its teardown ends
+those nsys processes (and the agents they leave) and never another job's."""
+
+NVTX_DOMAIN = "verlprof"
+"""NVTX domain of every range verlprof emits (the nsys launch and the capture agree on it)."""
+
+CAPTURE_RANGE = "VERLPROF_CAPTURE"
+"""Name of the range that opens an nsys capture window (``-p VERLPROF_CAPTURE@verlprof``)."""
 
 STATUS_OK: Status = "ok"
 STATUS_MISSING: Status = "missing"
@@ -147,8 +178,8 @@ class WorkerReport:
 @dataclass(frozen=True)
 class CaptureRequest:
     """``verlprof capture``: windows asked of a running job (checked by
-    :func:`verlprof.plan.on_demand.screen`, planned by
-    :func:`~verlprof.plan.on_demand.plan_request`)."""
+    :func:`verlprof.plan.request_plan.screen`, planned by
+    :func:`~verlprof.plan.request_plan.plan_request`)."""
 
     id: str
     """Chosen by the asker (hex), to find the decision again."""

@@ -91,11 +91,13 @@ def workspace(tmp_path_factory) -> str:
     ws = str(tmp_path_factory.mktemp("docs_ws"))
     shutil.copytree(os.path.join(ROOT, "trainer_configs"), os.path.join(ws, "trainer_configs"))
     shutil.copytree(FIXTURE, os.path.join(ws, DEMO_OUTPUT))
-    # a copy: `python -m verlprof.config.reference` run here rewrites this one, not the repo's
+    # a copy: `python scripts/config_reference.py` run here rewrites this one, not the repo's
     shutil.copytree(os.path.join(ROOT, "docs"), os.path.join(ws, "docs"))
     # `python -m verlprof...` imports this link (the working directory comes first on
-    # sys.path), so the generator's repository root is the workspace
-    for name in ("docker", "Makefile", "verlprof", "setup.cfg", "pyproject.toml", "README.md"):
+    # sys.path), and the generator's repository root is its scripts/ link's parent: the
+    # workspace
+    for name in ("docker", "Makefile", "verlprof", "scripts", "setup.cfg", "pyproject.toml",
+                 "README.md"):
         os.symlink(os.path.join(ROOT, name), os.path.join(ws, name))
     return ws
 

@@ -14,7 +14,7 @@ import ray
 
 from verlprof.plan import ProfilePlan
 from verlprof.runtime.controller import ProfileController
-from verlprof.runtime.launch import worker_options
+from verlprof.runtime.ray_options import worker_options
 from verlprof.worker import ProfilingWorkerMixin, annotate, process_identity
 
 

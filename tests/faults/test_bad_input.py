@@ -23,7 +23,7 @@ from verlprof.config import config_from_dict
 from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
 from verlprof.records import ProcessIdentity, ReportIdentity, WorkerReport
-from verlprof.runtime.launch import wrapped_executable
+from verlprof.runtime.ray_options import wrapped_executable
 
 NASTY = ["a b", " lead", "trail ", "'", '"', "'\"'", ";", "; rm -rf /", "$(touch {pwn})",
          "`touch {pwn}`", "$HOME", "${HOME}", "a\nb", "\n", "\t", "\\", "\\'", "*", "?", "~",

@@ -85,7 +85,7 @@ def test_stuck_rank_continue_policy_and_bounded_finalize(ray_cluster, tmp_path):
         ray.get(busy)
         with controller.step(2):
             light.step_work(actors)
-        named = [w for w in controller._warnings if "did not answer" in w]
+        named = [w for w in controller.context.warnings if "did not answer" in w]
         assert named == [LATE]
         # now rank 1 hangs through the end of the run: finalize is bounded and names it
         release.unlink()

@@ -250,7 +250,7 @@ def _orphaned_cli(nsys_exe, output: Path, marker: str, **extra_env: str):
         deadline = time.monotonic() + 30
         while not temps and time.monotonic() < deadline:  # collecting: stream file open
             mine = [a for a in list_agents() if a.owner_pid == cli.pid]
-            temps = nsys_cli._nsys_temp_files(a.pid for a in mine)
+            temps = nsys_cli.nsys_temp_files(a.pid for a in mine)
             time.sleep(0.1)
         assert temps, "nsys never started collecting"
         assert all(a.ppid == 1 or a.ppid != cli.pid for a in mine)  # daemonised

@@ -1,5 +1,5 @@
 """``verlprof report`` starts its first ``nsys export`` before the rest of it loads
-(verlprof.report.ahead, verlprof.backends.nsys.cli.export_ahead), on real nsys reports: the
+(verlprof.report.export_ahead, verlprof.backends.nsys.cli.export_ahead), on real nsys reports: the
 reader joins the export started ahead (one export, its result or its error), and a cold
 report with it prints and writes what the report without it does."""
 
@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.helpers import require_nsys
+from tests.helpers import report_main, require_nsys
 from verlprof.backends.nsys import cli as nsys_cli
 from verlprof.backends.nsys.cli import NsysExportError, export_ahead, export_sqlite
 from verlprof.report import summarize
-from verlprof.report.cli import main as report_main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "docs" / "fixtures" / "quickstart_run"
 

@@ -108,9 +108,9 @@ def test_truncated_and_missing_reports_are_named_and_the_rest_summarised(demo_ru
 def test_the_whole_run_as_one_trace(demo_run):
     """``verlprof trace`` on the demo: one process track per profiled process, each with its
     phases in step order on the controller's clock, the clocks measured over Ray."""
+    from tests.helpers import trace_main
     from tests.trace_reader import decode
     from verlprof.manifest import read_manifest
-    from verlprof.trace.cli import main as trace_main
 
     out, _ = demo_run
     manifest = read_manifest(out)

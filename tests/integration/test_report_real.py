@@ -24,12 +24,11 @@ import time
 import pytest
 from rich.console import Console
 
-from tests.helpers import NSYS_SAFE_OPTS, require_nsys
+from tests.helpers import NSYS_SAFE_OPTS, report_main, require_nsys
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof import paths
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
-from verlprof.report.cli import main as report_main
 from verlprof.report.timeline import build_timeline
 
 pytestmark = pytest.mark.integration

@@ -62,7 +62,7 @@ def _run(tmp_path, extra):
     import ray
 
     from tests.integration.apps.verl_app import VerlTaskRunner
-    from verlprof.runtime.launch import controller_options
+    from verlprof.runtime.ray_options import controller_options
 
     overrides = [*PROFILER, f"global_profiler.save_path={tmp_path}", *extra]
     plan = plan_of(compose_verl_config(overrides), TOPOLOGY)

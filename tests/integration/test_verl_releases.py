@@ -35,7 +35,7 @@ from verlprof.config import ConfigError, config_from_dict, load_config
 from verlprof.config import overrides as ov
 from verlprof.config.build import LoadedConfig
 from verlprof.plan import build_plan
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 
 pytestmark = pytest.mark.integration
 

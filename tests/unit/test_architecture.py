@@ -19,7 +19,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (  # (module prefix, stage), most specific
     ("verlprof.version", "contracts"), ("verlprof.safe_text", "contracts"),
     ("verlprof.storage", "contracts"),
     ("verlprof.config", "config"),
-    ("verlprof.plan.model", "plan.model"),
+    ("verlprof.plan_model", "plan.model"),
     ("verlprof.plan", "plan"),
     ("verlprof.backends", "backends"),
     ("verlprof.worker", "worker"),
@@ -37,7 +37,7 @@ BELOW: Dict[str, Set[str]] = {
     "config": {"contracts"},
     "plan.model": {"contracts", "config"},
     "backends": {"contracts", "config", "plan.model"},
-    "plan": {"contracts", "config", "plan.model", "backends"},
+    "plan": {"contracts", "config", "plan.model"},
     "worker": {"contracts", "plan.model", "backends"},
     "runtime": {"contracts", "config", "plan.model", "plan", "backends", "worker"},
     "trace": {"contracts", "backends"},
@@ -54,14 +54,14 @@ BELOW: Dict[str, Set[str]] = {
 """What each stage may import besides itself: dependencies point one way."""
 
 LAZY_ALLOWED = {
-    "verlprof", "verlprof.config", "verlprof.plan",  # PEP 562 __getattr__: import cost
+    "verlprof", "verlprof.config",  # PEP 562 __getattr__: import cost
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
     "verlprof.trace.cli",
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
     "verlprof.backends",  # PEP 562: a backend's module when it is asked for
     "verlprof.backends.nsys.backend",  # `verlprof report` reads: no config schema, no ctypes
-    "verlprof.report.ahead",  # the nsys CLI module only when there is something to export
+    "verlprof.report.export_ahead",  # the nsys CLI module only when there is something to export
     "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
     "verlprof.backends.nsys.gpu_sql",  # numpy and the page decoder only for large GPU tables
 }
@@ -169,3 +169,92 @@ def test_modules_stay_small():
     long = sorted(f"{m}: {len(p.read_text().splitlines())} lines" for m, p in MODULES.items()
                   if len(p.read_text().splitlines()) > 420)
     assert long == []
+
+
+def test_the_planner_imports_no_backend_runtime_or_bridge():
+    """The plan is a pure function of the config: the planner (and the plan's types) name no
+    module that executes a plan, even for type checking or inside a function."""
+    executing = ("verlprof.backends", "verlprof.runtime", "verlprof.bridges", "verlprof.worker")
+    found = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                   if _stage(module) in ("plan", "plan.model")
+                   for name, _, _ in _imports(path) if name.startswith(executing))
+    assert found == []
+
+
+PRIVATE_REACH_ALLOWED = {
+    "_verlprof_session": "the session verlprof keeps on a user's worker object "
+                        "(worker/mixin.py); named so that it cannot collide with the user's "
+                        "own attributes, and read by the code that annotates that object",
+}
+"""Private names one module may read from another, each with its reason."""
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_names(tree: ast.AST) -> Set[str]:
+    """Every name a module defines: functions, classes, assignments, attributes, arguments."""
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+TREES = {module: ast.parse(path.read_text()) for module, path in MODULES.items()}
+DEFINED = {module: _defined_names(tree) for module, tree in TREES.items()}
+VERLPROF_PRIVATE = {name for names in DEFINED.values() for name in names if _private(name)}
+
+
+def private_reach(module: str) -> List[str]:
+    """Where ``module`` uses a private name that another verlprof module defines: imported
+    (``from m import _x``) or read off an object that is not its own (``other._x``)."""
+    own = DEFINED[module]
+    found = []
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("verlprof"):
+            found += [f"line {node.lineno}: from {node.module} import {a.name}"
+                      for a in node.names if _private(a.name)]
+        elif isinstance(node, ast.Attribute) and _private(node.attr) \
+                and node.attr in VERLPROF_PRIVATE and node.attr not in own \
+                and node.attr not in PRIVATE_REACH_ALLOWED:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A module's ``_name`` is its own: another module that needs it gets a public name (the
+    controller shares its ranks through ``RunContext``, not its attributes)."""
+    reach = sorted(f"{module} {where}" for module in MODULES for where in private_reach(module))
+    assert reach == []
+
+
+def _drawn_layers() -> Dict[str, int]:
+    """The layer of each stage in docs/architecture.md's picture (``layer N │ a · b``)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    layers: Dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("layer ") and "│" in line:
+            number, names = line.split("│", 1)
+            for name in names.split("(")[0].split("·"):
+                layers[name.split()[0]] = int(number.split()[1])
+    return layers
+
+
+def test_the_drawn_layers_match_the_imports():
+    """The picture is the code's: every stage drawn once, every import between stages points
+    to a lower layer (no arrow back up, so no circle between stages)."""
+    layers = _drawn_layers()
+    assert set(layers) == set(BELOW)
+    up = sorted({f"{_stage(m)} -> {_stage(_known(n, set(MODULES)))}"
+                 for m, p in MODULES.items() for n, _, _ in _imports(p)
+                 if _stage(_known(n, set(MODULES))) != _stage(m)
+                 and layers[_stage(_known(n, set(MODULES)))] >= layers[_stage(m)]})
+    assert up == []

@@ -289,7 +289,7 @@ def test_a_torch_profiled_rank_starts_with_kineto_quiet_and_others_do_not():
     trainer's console unless KINETO_LOG_LEVEL is 6 in the profiled process (checked by hand
     with a torch demo: 4 such lines before, none after)."""
     from verlprof.plan import build_plan
-    from verlprof.runtime.launch import worker_options
+    from verlprof.runtime.ray_options import worker_options
 
     loaded = load_config(PPO, ["trainer.profiler.tool=torch",
                                "actor_rollout_ref.actor.profile_ranks=[0]"], env={})

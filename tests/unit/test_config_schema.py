@@ -9,8 +9,11 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from verlprof.config import config_from_dict, profiler_block, reference, schema
+from tests.helpers import load_script
+from verlprof.config import config_from_dict, profiler_block, schema
 from verlprof.config.draft import Draft, to_profiling
+
+reference = load_script("config_reference")
 
 SPECIAL: Dict[str, Any] = {
     "ProfilingConfig.filename_template": "{component}-{step}-{rank}",

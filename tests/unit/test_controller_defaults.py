@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from tests.unit.test_controller import GROUP, Rank, Sent, plan_of
-from verlprof.plan.model import FinishHookPlan
+from verlprof.plan_model import FinishHookPlan
 from verlprof.runtime import controller as controller_module
 from verlprof.runtime.controller import ProfileController
 
@@ -71,7 +71,7 @@ def test_a_failing_finish_hook_is_told_on_the_console_unless_quiet(tmp_path, cap
     assert any("finish_hook" in w for w in manifest.warnings), manifest.warnings
     assert ("trainer.profiler.finish_hook.cmd" in told) is echo, told
     controller.note("a later line")  # kept after the hook's, for wait_for_profilers
-    assert controller._warnings == [*manifest.warnings, "a later line"]
+    assert controller.context.warnings == [*manifest.warnings, "a later line"]
 
 
 def test_an_unknown_failure_policy_is_refused_in_one_whole_line(tmp_path):

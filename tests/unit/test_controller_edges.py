@@ -19,6 +19,7 @@ from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import read_manifest
 from verlprof.plan import build_plan
 from verlprof.runtime import controller as controller_module
+from verlprof.runtime import run_context
 from verlprof.runtime.controller import ProfileController
 from verlprof.runtime.teardown import Settled
 from verlprof.worker.identity import node_id
@@ -53,7 +54,7 @@ def test_a_failing_stop_never_hides_the_exception_that_ended_the_step(tmp_path, 
     with pytest.raises(ValueError, match="the trainer's own error"), controller.step(1):
         raise ValueError("the trainer's own error")
     assert "actor_rollout_ref rank 0: verlprof_stop failed: OSError: disk full" in \
-        controller._warnings
+        controller.context.warnings
 
 
 def test_a_failing_stop_of_the_start_fan_out_never_hides_its_interrupt(tmp_path):
@@ -211,7 +212,7 @@ def test_waiting_for_the_profilers_settles_each_node_and_gathers_what_they_wrote
     monkeypatch.setattr(controller_module, "settle_on_nodes", settle)
     monkeypatch.setattr(controller_module, "collect_at_exit", collect)
     controller, _, _ = controller_of(plan_of(tmp_path, [1]))
-    identities = controller._identity
+    identities = controller.context.identity
     for (target, identity), node, profiler in zip(sorted(identities.items()), ("a", "b"),
                                                   (11, 22)):
         identities[target] = dataclasses.replace(identity, node_id=node, profiler_pid=profiler)
@@ -226,7 +227,7 @@ def test_waiting_for_the_profilers_settles_each_node_and_gathers_what_they_wrote
     rewritten = controller.finalize()
     assert rewritten is not first and rewritten is controller.finalize()
     assert rewritten.warnings[-1] == "late"
-    assert controller._warnings[-2:] == ["node-b did not answer", "late"]
+    assert controller.context.warnings[-2:] == ["node-b did not answer", "late"]
 
 
 def test_the_controller_is_listed_in_the_manifest_as_rank_0_of_its_own_group(tmp_path):
@@ -241,7 +242,7 @@ def test_the_controller_is_listed_in_the_manifest_as_rank_0_of_its_own_group(tmp
 
 def test_a_rank_that_never_said_where_it_runs_has_its_reports_missing_from_nowhere(tmp_path):
     controller, ranks, rpc = controller_of(plan_of(tmp_path, [1]))
-    del controller._identity[R1]  # its configure answer never came
+    del controller.context.identity[R1]  # its configure answer never came
     rpc.kill(R1, "SIGKILL")
     manifest = controller.finalize()
     (lost,) = [e for e in manifest.reports if e.rank == 1]
@@ -251,7 +252,7 @@ def test_a_rank_that_never_said_where_it_runs_has_its_reports_missing_from_nowhe
 def _unwritable(monkeypatch, error: BaseException) -> None:
     def write(manifest, output_dir):
         raise error
-    monkeypatch.setattr(controller_module, "write_manifest", write)
+    monkeypatch.setattr(run_context, "write_manifest", write)
 
 
 def test_with_controller_a_manifest_that_cannot_be_written_is_raised_when_nothing_else_was(

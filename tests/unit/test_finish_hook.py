@@ -13,7 +13,7 @@ import os
 
 from tests.unit.test_controller import controller_of, plan_of, run
 from verlprof.manifest import read_manifest
-from verlprof.plan.model import FinishHookPlan
+from verlprof.plan_model import FinishHookPlan
 from verlprof.runtime.finish_hook import hook_env, run_command
 
 LIST_REPORTS = ('find "$VERLPROF_OUTPUT_DIR" -path "*/step*" -type f | sort > '

@@ -7,7 +7,7 @@ import sys
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, NsysConfig, ProfilingConfig
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.runtime.launch import controller_options, worker_options, wrapped_executable
+from verlprof.runtime.ray_options import controller_options, worker_options, wrapped_executable
 
 TOPO = Topology.of({"actor_rollout_ref": 2, "critic": 1}, cuda=False)
 

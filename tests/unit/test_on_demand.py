@@ -18,7 +18,12 @@ from verlprof.config.schema import (
 )
 from verlprof.manifest import read_manifest
 from verlprof.plan import build_plan
-from verlprof.plan.on_demand import extended, plan_request, requested_steps, screen
+from verlprof.plan.request_plan import (
+    plan_request,
+    request_problem,
+    requested_steps,
+    with_processes,
+)
 from verlprof.records import CaptureRequest
 from verlprof.runtime.controller import ProfileController
 from verlprof.runtime.request_desk import Desk, LocalChannel
@@ -53,12 +58,12 @@ def ask(steps="next:2", ranks=(0,), **fields):
     ({"steps": "next:2"}, "not a capture request"),
 ])
 def test_malformed_or_hostile_requests_are_refused_in_one_line(request_, expected):
-    line = screen(request_, TOKEN)
+    line = request_problem(request_, TOKEN)
     assert line.startswith(expected) and "\n" not in line and TOKEN not in line
 
 
 def test_a_well_formed_request_passes_and_steps_resolve_at_the_boundary():
-    assert screen(ask(), TOKEN) == ""
+    assert request_problem(ask(), TOKEN) == ""
     assert requested_steps("next:2", 7) == (7, 8)
     assert requested_steps("9-10", 7) == (9, 10)
     assert requested_steps("5", 7).startswith("steps: step 5 has started already")
@@ -79,7 +84,7 @@ def test_plan_request_adds_a_torch_process_marked_with_who_asked(tmp_path):
     assert result.decision.reports == tuple(w.report.path for w in process.windows)
     assert result.decision.reports[0].startswith("step0004/actor_rollout_ref/rank1/")
     assert plan_request(plan, ask(ranks=(1,)), 4, [], 123.0) == result  # pure
-    grown = extended(plan, result.processes)
+    grown = with_processes(plan, result.processes)
     assert grown.process(GROUP, 1) == process and len(grown.processes) == 1
 
 
@@ -331,7 +336,7 @@ def test_the_plan_shows_the_armed_ranks_and_their_launch_command(tmp_path):
 def test_the_hourly_caps_forget_a_request_exactly_one_hour_after_it_was_accepted(
         tmp_path, monkeypatch):
     clock = [1_000.0]
-    monkeypatch.setattr("verlprof.runtime.on_demand.time",
+    monkeypatch.setattr("verlprof.runtime.request_windows.time",
                         type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
     controller, ranks, _, desk = on_demand_controller(tmp_path, max_requests_per_hour=1)
     for step, (name, later_s) in enumerate((("a", 0), ("b", 3599), ("c", 3600)), 1):

@@ -1,5 +1,5 @@
 """Capture requests at their limits, and each refusal's whole line (found by the mutation
-check of plan/on_demand.py, docs/reliability.md: the refusals were matched by their start,
+check of plan/request_plan.py, docs/reliability.md: the refusals were matched by their start,
 and no test sat on a cap)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from verlprof.config.schema import (
 )
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.plan.on_demand import plan_request, requested_steps, screen
+from verlprof.plan.request_plan import plan_request, request_problem, requested_steps
 
 
 @pytest.mark.parametrize("request_, expected", [
@@ -36,7 +36,7 @@ from verlprof.plan.on_demand import plan_request, requested_steps, screen
                                    "120-121)"),
 ])
 def test_a_request_is_screened_to_its_limits_in_one_whole_line(request_, expected):
-    assert screen(request_, TOKEN) == expected
+    assert request_problem(request_, TOKEN) == expected
 
 
 @pytest.mark.parametrize("spec, expected", [

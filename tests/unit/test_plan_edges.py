@@ -19,7 +19,7 @@ from verlprof.config.schema import (
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
-from verlprof.plan.model import ControllerPlan, TokenWindow, WindowTime
+from verlprof.plan_model import ControllerPlan, TokenWindow, WindowTime
 
 # a hybrid group of actor and ref, and a served rollout of two replicas of two GPUs each
 SERVED = Topology((GroupTopology("actor_rollout_ref", ("actor", "ref"), 2),
@@ -253,7 +253,7 @@ def test_a_plan_written_as_json_is_indented_and_reads_back_equal():
 
     import dacite
 
-    from verlprof.plan.model import ProfilePlan
+    from verlprof.plan_model import ProfilePlan
 
     plan = dataclasses.replace(build_plan(config(actor=comp([0])), SERVED), built_from=None)
     text = plan.to_json()

@@ -16,8 +16,8 @@ from tests.unit.test_safe_text import hidden
 from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.plan import build_plan
-from verlprof.plan.model import FinishHookPlan
 from verlprof.plan.render import next_steps, render_plan
+from verlprof.plan_model import FinishHookPlan
 from verlprof.safe_text import shell_quote, visible
 
 GROUP = "actor_rollout_ref"

@@ -23,8 +23,8 @@ from verlprof.config.schema import (
 )
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
-from verlprof.plan.model import EngineRoute, FinishHookPlan, TokenWindow, WindowTime
 from verlprof.plan.render import render_plan
+from verlprof.plan_model import EngineRoute, FinishHookPlan, TokenWindow, WindowTime
 
 GROUP = "actor_rollout_ref"
 OUT = "/tmp/a/long/output/directory/for/profiling"

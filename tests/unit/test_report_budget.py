@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from tests.helpers import report_main
 from tests.unit.test_report_gpu_sql import p4_gpu
 from verlprof.report import budget
-from verlprof.report.cli import main as report_main
 from verlprof.report.load import ReadTask, read_reports
 
 

@@ -9,9 +9,9 @@ import os
 
 import jsonschema
 
+from tests.helpers import report_main as main
 from tests.torch_runs import write_torch_run
 from verlprof.report import json_out
-from verlprof.report.cli import main
 
 
 def report(argv, capsys):

@@ -13,11 +13,10 @@ import pytest
 from rich.console import Console
 
 from benchmarks.report_scale import MS, T0, synthetic_load
-from tests.helpers import require_node
+from tests.helpers import report_main, require_node
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
-from verlprof.report.cli import main as report_main
 from verlprof.report.model import Problem
 from verlprof.report.summary import analyse, write_outputs
 from verlprof.report.timeline import build_timeline

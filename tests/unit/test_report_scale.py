@@ -24,7 +24,7 @@ from tests.helpers import require_node
 from tests.png_content import check_steps_png, check_timeline_png
 from verlprof.manifest import Manifest, ReportEntry, write_manifest
 from verlprof.report import summarize
-from verlprof.report.across import across_table
+from verlprof.report.across_steps import across_table
 from verlprof.report.console import print_summary
 from verlprof.report.matrix import per_rank_fits, step_tables
 from verlprof.report.summary import analyse, write_outputs

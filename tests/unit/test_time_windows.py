@@ -21,8 +21,8 @@ from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingC
 from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
-from verlprof.plan.model import WindowTime
 from verlprof.plan.render import render_plan
+from verlprof.plan_model import WindowTime
 from verlprof.worker import ProfilingWorkerMixin, annotate
 from verlprof.worker.timed import TimedCapture
 

@@ -15,11 +15,11 @@ import sys
 import pytest
 
 from benchmarks import p4_gpu
+from tests.helpers import trace_main
 from tests.trace_reader import decode
 from tests.unit.test_report_readers import MS, T0, make_sqlite, torch_events
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, read_manifest, write_manifest
 from verlprof.trace.build import write_trace
-from verlprof.trace.cli import main as trace_main
 from verlprof.trace.tracks import Filters
 
 GROUP = "actor_rollout_ref"

@@ -1,5 +1,5 @@
-"""Clocks shifted on purpose: the workers' clock (``VERLPROF_TEST_CLOCK_OFFSET_NS``, read by
-:func:`verlprof.worker.clock.clock_ns`) runs ahead of the controller's; the controller measures
+"""Clocks shifted on purpose: the workers' clock (:func:`verlprof.worker.wall_clock.clock_ns`,
+replaced here) runs ahead of the controller's; the controller measures
 each offset at registration and from every window's stop answer, the manifest keeps the
 tightest with its error bound, and the trace puts the workers' events back on the controller's
 clock within it."""
@@ -15,16 +15,16 @@ from tests.unit.test_controller import GROUP, Sent, controller_of, plan_of, run
 from verlprof.manifest import read_manifest
 from verlprof.runtime.clock_sync import ClockSync
 from verlprof.trace.build import write_trace
-from verlprof.worker.clock import TEST_OFFSET_ENV, clock_ns
+from verlprof.worker import wall_clock
 
 SHIFT = 7_000_000_123
 
 
 def test_shifted_clocks_are_measured_and_the_trace_places_events_within_the_bound(
         tmp_path, monkeypatch):
-    monkeypatch.setenv(TEST_OFFSET_ENV, str(SHIFT))
+    monkeypatch.setattr(wall_clock, "clock_ns", lambda: time.time_ns() + SHIFT)
     before = time.time_ns()
-    assert clock_ns() - before >= SHIFT
+    assert wall_clock.clock_ns() - before >= SHIFT
     controller, ranks, _ = controller_of(plan_of(tmp_path, [2, 3]))
     began = time.time_ns()
     run(controller, ranks, [1, 2, 3])
@@ -103,9 +103,9 @@ def test_each_window_s_stop_answer_is_a_reading_at_no_call_of_its_own(tmp_path):
     rpc = _Counted()
     controller, ranks, _ = controller_of(plan_of(tmp_path, [2]), rpc=rpc)
     assert rpc.methods == ["verlprof_configure", "verlprof_clock"]
-    controller._clocks.readings.clear()  # what follows comes from the windows alone
+    controller.context.clocks.readings.clear()  # what follows comes from the windows alone
     run(controller, ranks, [1, 2, 3])
     assert rpc.methods[2:] == ["verlprof_start", "verlprof_stop"]
     for rank in (0, 1):
-        fields = controller._clocks.fields((GROUP, rank))
+        fields = controller.context.clocks.fields((GROUP, rank))
         assert abs(fields["clock_offset_ns"]) <= fields["clock_error_ns"] < 10**9

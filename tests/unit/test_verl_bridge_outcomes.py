@@ -195,7 +195,7 @@ def test_a_pool_verl_built_with_a_reference_policy_is_planned_again(verl_config,
         assert process is not None and process.roles == built
         assert bridge.controller.plan is bridge.plan
         assert all(w.report.roles == built for w in process.windows)
-        warned = [w for w in bridge.controller._warnings if w.startswith("verl built")]
+        warned = [w for w in bridge.controller.context.warnings if w.startswith("verl built")]
         assert warned == ["verl built global_pool with roles actor/rollout/ref/critic on 2 "
                           "rank(s); the config predicted actor/rollout/critic on 2: planned "
                           "again on the pools verl built (2 process(es) profiled)"]  # and replica 0

@@ -364,7 +364,7 @@ TOKENS = {f"{G}.tool": "torch", f"{R}.enable": True, f"{R}.tool_config.torch.dis
 
 
 def test_profile_tokens_of_the_rollout_plan_verls_engine_window():
-    from verlprof.plan.model import EngineRoute, TokenWindow
+    from verlprof.plan_model import EngineRoute, TokenWindow
 
     route = plan(cfg_with(V091, **TOKENS)).engine_route
     assert route == EngineRoute(group="rollout_replicas", steps=(1, 2),

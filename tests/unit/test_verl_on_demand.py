@@ -13,8 +13,8 @@ from verlprof.bridges.verl import bridge as verl_bridge
 from verlprof.bridges.verl import trainer as verl_trainer
 from verlprof.bridges.verl.driver_side import active_bridge, set_active_bridge
 from verlprof.records import CaptureRequest
-from verlprof.runtime.on_demand import OnDemand
 from verlprof.runtime.request_desk import Desk, LocalChannel
+from verlprof.runtime.request_windows import OnDemand
 
 TOKEN = "v" * 64
 GROUP = "global_pool"

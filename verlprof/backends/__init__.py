@@ -1,11 +1,12 @@
 """One folder per profiling tool; :func:`get_backend` gives the :class:`Backend` of a name.
 
-Each ``verlprof/backends/<tool>/backend.py`` defines ``BACKEND``: planning (launch argv and
-environment), preflight, the worker-side capture, the report reader and next-step hints. Heavy
-parts (torch, ctypes, sqlite readers) load on first use, so listing the backends is cheap.
+Each ``verlprof/backends/<tool>/backend.py`` defines ``BACKEND``: preflight, the worker-side
+capture, the report reader and next-step hints (the launch argv is the planner's:
+:mod:`verlprof.plan.tool_launch`). Heavy parts (torch, ctypes, sqlite readers) load on first
+use, so listing the backends is cheap.
 
 A backend's module is imported the first time it is asked for (:func:`get_backend`), and
-``BACKENDS``, ``Backend``, ``Capture`` and ``Launch`` when first named: ``verlprof report``
+``BACKENDS``, ``Backend`` and ``Capture`` when first named: ``verlprof report``
 imports :mod:`verlprof.backends.reading` (which runs this file) and reads nsys reports only, so
 it never pays for the plan, the config schema or the other tools' modules.
 """
@@ -16,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Dict
 
 if TYPE_CHECKING:
-    from verlprof.backends.base import Backend, Capture, Launch
+    from verlprof.backends.base import Backend, Capture
 
 _MODULES: Dict[str, str] = {
     "nsys": "verlprof.backends.nsys.backend",
@@ -38,11 +39,11 @@ def __getattr__(attr: str) -> Any:
     """``BACKENDS`` (every backend by name, all imported) and the base types, on first use."""
     if attr == "BACKENDS":
         return {name: get_backend(name) for name in _MODULES}
-    if attr in ("Backend", "Capture", "Launch"):
+    if attr in ("Backend", "Capture"):
         from verlprof.backends import base
 
         return getattr(base, attr)
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["BACKENDS", "Backend", "Capture", "Launch", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "Capture", "get_backend"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.records import (
     STATUS_MISSING,
+    TOOL_TRAITS,
     ProcessIdentity,
     Status,
     StepWindow,
@@ -23,12 +24,10 @@ from verlprof.records import (
     WorkerReport,
 )
 
-if TYPE_CHECKING:  # types only: the plan's builder imports the backends, and `verlprof
-    # report` (which reads reports through a backend) never needs the plan or the config
+if TYPE_CHECKING:  # types only: `verlprof report` (which reads reports through a backend)
+    # never needs the plan or the config
     from verlprof.backends.reading import ReportData
-    from verlprof.config.schema import ProfilingConfig
-    from verlprof.config.topology import GroupTopology, Topology
-    from verlprof.plan.model import ProcessPlan, ProfilePlan, Window
+    from verlprof.plan_model import ProcessPlan, ProfilePlan, Window
 
 
 PERFETTO_URL = "https://ui.perfetto.dev"
@@ -38,18 +37,6 @@ PENDING_AT_EXIT = ("pending: written when the process exits, collected once the 
                    "exited (ProfileController.wait_for_profilers)")
 """Reason of an ``incomplete`` entry whose tool writes at process exit (see
 :attr:`Backend.output_at_exit`), until it is collected."""
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How one process is started under the profiler (all empty: not wrapped)."""
-
-    argv: Tuple[str, ...] = ()
-    """Command prefix placed before the interpreter."""
-    env: Dict[str, str] = field(default_factory=dict)
-    """Environment the wrapped process needs."""
-    capture_options: Dict[str, Any] = field(default_factory=dict)
-    """Settings the in-process capture applies to each window."""
 
 
 @dataclass
@@ -105,13 +92,6 @@ class Backend:
     """The ``trainer.profiler.tool`` value."""
     has_reader = False
     """Whether ``verlprof report`` can read its reports."""
-    output_at_exit = False
-    """The tool writes one output per process, when the process exits, covering all its
-    windows (rocprof-sys): the plan gives every window of a process the same report path,
-    finalize records the entries as pending (:data:`PENDING_AT_EXIT`), and
-    ``ProfileController.wait_for_profilers`` collects them after the workers exit."""
-    time_windows = True
-    """Whether a window can open late and close early (``window_delay_s``/``_duration_s``)."""
     writes_at_close = False
     """A report exists only once its window closed (the torch profiler exports at close), so
     one that a process left when it died is whole even if the death cut its step short."""
@@ -121,20 +101,11 @@ class Backend:
         """Suffix of its reports (the file contract, :data:`verlprof.paths.EXTENSIONS`)."""
         return paths.EXTENSIONS[self.name]
 
-    # -- planning (pure) --------------------------------------------------------------------
-    def check(self, config: ProfilingConfig, topology: Topology) -> None:
-        """Refuse, with a :class:`~verlprof.errors.ConfigError` naming the key, a config this
-        tool cannot honour. Called once per plan, when anything is profiled."""
-
-    def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
-                      rank: int, windows: int, warnings: List[str]) -> Launch:
-        """How the selected process ``(group, rank)``, which opens ``windows`` windows, starts."""
-        return Launch()
-
-    def controller_launch(self, config: ProfilingConfig, topology: Topology,
-                          windows: int, warnings: List[str]) -> Optional[Launch]:
-        """How the controller starts under the tool, or None when it is not profiled."""
-        return None
+    @property
+    def output_at_exit(self) -> bool:
+        """The tool writes one output per process at exit (:class:`~verlprof.plan_model.
+        ToolTraits`); finalize records its entries as pending (:data:`PENDING_AT_EXIT`)."""
+        return TOOL_TRAITS[self.name].output_at_exit
 
     # -- driver side ------------------------------------------------------------------------
     def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:

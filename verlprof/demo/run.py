@@ -85,8 +85,8 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
     import ray
 
     from verlprof.demo.trainer import TaskRunner
-    from verlprof.runtime.launch import controller_options
     from verlprof.runtime.preflight import preflight
+    from verlprof.runtime.ray_options import controller_options
     from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 
     preflight(plan)

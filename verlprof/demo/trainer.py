@@ -32,10 +32,10 @@ import torch
 
 from verlprof.demo import workers
 from verlprof.errors import ProfilingRuntimeError
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 from verlprof.records import ProcessIdentity
 from verlprof.runtime.controller import ProfileController, describe_error
-from verlprof.runtime.launch import worker_options
+from verlprof.runtime.ray_options import worker_options
 from verlprof.worker import process_identity
 
 ROLE_CLASSES = {

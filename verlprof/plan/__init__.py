@@ -1,16 +1,15 @@
 """Planning: ``build_plan(config, topology)`` → :class:`ProfilePlan`, a pure function.
 
-:mod:`~verlprof.plan.model` holds the records, :mod:`~verlprof.plan.build` the function,
-:mod:`~verlprof.plan.render` the tables ``verlprof plan`` prints. The backends read the model
-and the builder asks the backends for launch commands, so :func:`build_plan` is loaded on first
-use: importing ``verlprof.plan.model`` never pulls in the builder.
+:mod:`~verlprof.plan_model` (the contract layer) holds the records, :mod:`~verlprof.plan.build`
+the function, :mod:`~verlprof.plan.tool_launch` each tool's launch argv, and
+:mod:`~verlprof.plan.render` the tables ``verlprof plan`` prints. The planner imports no
+backend, runtime or bridge (tests/unit/test_architecture.py): the backends execute the plan.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from verlprof.plan.model import (
+from verlprof.plan.build import build_plan, group_step_windows
+from verlprof.plan_model import (
     PHASE_ORDER,
     ROLE_PHASES,
     ControllerPlan,
@@ -21,16 +20,5 @@ from verlprof.plan.model import (
     Window,
 )
 
-if TYPE_CHECKING:
-    from verlprof.plan.build import build_plan, group_step_windows
-
 __all__ = ["PHASE_ORDER", "ROLE_PHASES", "ControllerPlan", "ProcessPlan", "ProfilePlan", "Report",
            "RunPolicy", "Window", "build_plan", "group_step_windows"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("build_plan", "group_step_windows"):
-        from verlprof.plan import build
-
-        return getattr(build, name)
-    raise AttributeError(f"module 'verlprof.plan' has no attribute {name!r}")

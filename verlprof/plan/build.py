@@ -13,12 +13,12 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
-from verlprof.backends import Backend, get_backend
 from verlprof.config.schema import ComponentConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.config.verl_pools import ROLLOUT_REPLICAS, TEACHER
 from verlprof.errors import ConfigError
-from verlprof.plan.model import (
+from verlprof.plan.tool_launch import check_tool, controller_launch, worker_launch
+from verlprof.plan_model import (
     PHASE_ORDER,
     ROLE_PHASES,
     ControllerPlan,
@@ -33,7 +33,7 @@ from verlprof.plan.model import (
     Window,
     WindowTime,
 )
-from verlprof.records import Mode, StepWindow, Target
+from verlprof.records import TOOL_TRAITS, Mode, StepWindow, Target
 
 _PHASE_RANK = {p: i for i, p in enumerate(PHASE_ORDER)}
 
@@ -63,23 +63,22 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     warnings: List[str] = []
     _check_ranks(config, topology, warnings)
     windows = group_step_windows(config.steps, config.continuous_steps)
-    backend = get_backend(config.tool)
     processes: List[ProcessPlan] = []
     controller = ControllerPlan()
     window_time: Optional[WindowTime] = None
     if config.active:
-        backend.check(config, topology)
-        window_time = _window_time(config, backend)  # one record, shared by every process
+        check_tool(config, topology)
+        window_time = _window_time(config)  # one record, shared by every process
         for group in topology.groups:
             mode = "whole" if group.served else _group_mode(config, group)
             for rank in range(group.world_size):
                 selecting = tuple(r for r in group.roles
                                   if _selects(_component(config, group, r), rank, group))
                 if selecting and _has_windows(config, selecting, mode, group, rank, warnings):
-                    processes.append(_process_plan(config, topology, backend, group, rank,
+                    processes.append(_process_plan(config, topology, group, rank,
                                                    selecting, mode, windows, window_time,
                                                    warnings))
-        controller = _controller_plan(config, topology, backend, windows, warnings)
+        controller = _controller_plan(config, topology, windows, warnings)
     processes = _armed(config, topology, processes, warnings)
     served = {g.name for g in topology.groups if g.served}  # finish_hook ranks are GPU ranks
     hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
@@ -89,7 +88,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         output_dir=config.output_dir,
         step_windows=windows, groups=topology.groups, processes=tuple(processes),
         controller=controller, source=config.source, warnings=tuple(dict.fromkeys(warnings)),
-        window_time=window_time if window_time is not None else _window_time(config, backend),
+        window_time=window_time if window_time is not None else _window_time(config),
         worker_options_key=config.nsys.worker_options_key,
         controller_options_key=config.nsys.controller_options_key,
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
@@ -142,7 +141,7 @@ def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessP
                 raise ConfigError(f"{key}.{name}", f"rank {rank} is profiled with "
                                   f"{out[planned].backend} by the plan; one process runs one "
                                   "tool (arm another rank, or plan it with nsys)")
-            launch = get_backend("nsys").worker_launch(nsys, topology, group, rank, 0, warnings)
+            launch = worker_launch(nsys, topology, group, rank, 0, warnings)
             if planned is not None:
                 out[planned] = dataclasses.replace(out[planned], launch_argv=launch.argv,
                                                    launch_env=dict(launch.env))
@@ -152,7 +151,7 @@ def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessP
                 mode="whole", backend="nsys", windows=(), launch_argv=launch.argv,
                 launch_env=dict(launch.env), world_size=group.world_size,
                 raw_dir=paths.raw_dir(config.output_dir, name, rank),
-                window_time=_window_time(config, get_backend("nsys"))))
+                window_time=_window_time(nsys)))
     return out
 
 
@@ -254,7 +253,7 @@ def _phases(config: ProfilingConfig, role: str) -> Tuple[str, ...]:
     return tuple(sorted(config.phases.get(role, ROLE_PHASES[role]), key=_phase_rank))
 
 
-def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
+def process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
                      roles: Tuple[str, ...], mode: Mode,
                      step_windows: Tuple[StepWindow, ...],
                      per_process: bool = False) -> Tuple[Window, ...]:
@@ -282,13 +281,13 @@ def _process_windows(config: ProfilingConfig, group: GroupTopology, rank: int,
                  for (step,) in step_windows for role, phase in calls)
 
 
-def _process_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
-                  group: GroupTopology, rank: int, selecting: Tuple[str, ...], mode: Mode,
+def _process_plan(config: ProfilingConfig, topology: Topology, group: GroupTopology,
+                  rank: int, selecting: Tuple[str, ...], mode: Mode,
                   step_windows: Tuple[StepWindow, ...], window_time: WindowTime,
                   warnings: List[str]) -> ProcessPlan:
-    windows = _process_windows(config, group, rank, selecting, mode, step_windows,
-                               backend.output_at_exit)
-    launch = backend.worker_launch(config, topology, group, rank, len(windows), warnings)
+    windows = process_windows(config, group, rank, selecting, mode, step_windows,
+                              TOOL_TRAITS[config.tool].output_at_exit)
+    launch = worker_launch(config, topology, group, rank, len(windows), warnings)
     return ProcessPlan(group=group.name, rank=rank, roles=group.roles, selected_roles=selecting,
                        mode=mode, backend=config.tool, windows=windows, launch_argv=launch.argv,
                        launch_env=dict(launch.env),
@@ -310,19 +309,19 @@ def capture_options(config: ProfilingConfig, group: GroupTopology,
     return {**tool_options, **({"all_threads": True} if every_thread else {})}
 
 
-def _window_time(config: ProfilingConfig, backend: Backend) -> WindowTime:
+def _window_time(config: ProfilingConfig) -> WindowTime:
     bounds = WindowTime(delay_s=config.window_delay_s, duration_s=config.window_duration_s)
-    if bounds.bounded and not backend.time_windows:
+    if bounds.bounded and not TOOL_TRAITS[config.tool].time_windows:
         key = "window_delay_s" if bounds.delay_s else "window_duration_s"
         raise ConfigError(f"trainer.profiler.{key}", f"{config.tool} cannot bound a window "
                                                      "in time; leave it out for this tool")
     return bounds
 
 
-def _controller_plan(config: ProfilingConfig, topology: Topology, backend: Backend,
+def _controller_plan(config: ProfilingConfig, topology: Topology,
                      windows: Tuple[StepWindow, ...], warnings: List[str]) -> ControllerPlan:
-    launch = backend.controller_launch(config, topology, len(windows), warnings)
+    launch = controller_launch(config, topology, len(windows), warnings)
     if launch is None:
         return ControllerPlan()
     return ControllerPlan(launch_argv=launch.argv, launch_env=dict(launch.env), windows=windows,
-                          output_glob=f"{paths.CONTROLLER_DIR}/controller_*{backend.extension}")
+                          output_glob=f"{paths.CONTROLLER_DIR}/controller_*{paths.EXTENSIONS[config.tool]}")

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from verlprof import paths
 from verlprof.config.topology import GroupTopology
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 from verlprof.safe_text import shell_join, shell_quote, visible
 
 Part = Union[str, Tuple[str, str]]

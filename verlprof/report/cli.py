@@ -110,8 +110,8 @@ def run_report_command(args: argparse.Namespace) -> int:
             from verlprof.report.budget import BUDGET_ENV, parse_size
 
             os.environ[BUDGET_ENV] = str(parse_size(args.memory_budget))
-        # the first exports start now and run while the rest loads (verlprof.report.ahead)
-        from verlprof.report.ahead import export_ahead
+        # the first exports start now and run while the rest loads (verlprof.report.export_ahead)
+        from verlprof.report.export_ahead import export_ahead
 
         manifest = export_ahead(args.output_dir, args.jobs)
         from verlprof.report.summary import summarize
@@ -164,16 +164,3 @@ def _trace(args: argparse.Namespace, manifest) -> None:
         trace_for_report(args.output_dir, manifest)
     elif manifest is not None:
         print(clock_summary(manifest).line())
-
-
-def main(argv=None) -> int:
-    """Standalone entry (``python -m verlprof.report.cli OUTPUT_DIR``), for tests and scripts."""
-    parser = argparse.ArgumentParser(prog="verlprof")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_report_subcommand(sub)
-    rest = sys.argv[1:] if argv is None else list(argv)
-    return run_report_command(parser.parse_args(["report", *rest]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

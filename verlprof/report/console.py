@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from verlprof.report.across import (
+from verlprof.report.across_steps import (
     MAX_STRAGGLER_LINES,
     across_table,
     profiled_steps,

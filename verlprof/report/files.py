@@ -15,7 +15,7 @@ import os
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from verlprof.report.across import across_table, profiled_steps
+from verlprof.report.across_steps import across_table, profiled_steps
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, per_rank_fits, step_tables
 from verlprof.safe_text import csv_cell, md_text

@@ -25,7 +25,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
-from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
 from verlprof.manifest import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
@@ -33,6 +32,7 @@ from verlprof.manifest import (
     Manifest,
     ReportEntry,
 )
+from verlprof.records import CAPTURE_RANGE
 from verlprof.report.budget import budget_bytes, jobs_for, need
 from verlprof.report.model import (
     CONTROLLER_GROUP,

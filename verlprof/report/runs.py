@@ -13,13 +13,13 @@ was replaced) are named in one line; they are never read into a run's figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Set
 
 from verlprof import paths
+from verlprof.manifest import read_manifest
 from verlprof.safe_text import shell_quote, visible
 
 EXIT_USAGE = 2
@@ -46,20 +46,15 @@ class RunDir:
 
 
 def _read(directory: str) -> Optional[RunDir]:
+    if not os.path.isfile(os.path.join(directory, paths.MANIFEST_NAME)):
+        return None
     try:
-        with open(os.path.join(directory, paths.MANIFEST_NAME), encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None if not os.path.isfile(os.path.join(directory, paths.MANIFEST_NAME)) \
-            else RunDir(directory=directory)  # unreadable: summarize says why
-    if not isinstance(data, dict):
-        return RunDir(directory=directory)
-    entries = data.get("reports")
-    listed = {os.path.normpath(os.path.join(directory, str(e.get("path"))))
-              for e in (entries if isinstance(entries, list) else [])
-              if isinstance(e, dict) and e.get("path")}
-    return RunDir(directory=directory, run_id=data.get("run_id") or None,
-                  created=str(data.get("created") or ""), reports=frozenset(listed))
+        manifest = read_manifest(directory)
+    except ValueError:
+        return RunDir(directory=directory)  # unreadable: summarize says why
+    listed = {os.path.normpath(os.path.join(directory, e.path)) for e in manifest.reports}
+    return RunDir(directory=directory, run_id=manifest.run_id, created=manifest.created,
+                  reports=frozenset(listed))
 
 
 def find_runs(directory: str) -> List[RunDir]:

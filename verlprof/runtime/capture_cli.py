@@ -16,10 +16,11 @@ import socket
 import sys
 import time
 import uuid
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
+from verlprof.manifest import Manifest, ReportEntry, read_manifest
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
 from verlprof.safe_text import visible
 
@@ -142,10 +143,10 @@ def _capture(args: argparse.Namespace) -> int:
           flush=True)
     entries = _wait_for_manifest(run_dir, decision, request.requested_by, args.timeout)
     for entry in entries:
-        reason = f"  [{entry['status']}: {visible(str(entry.get('reason')))}]" \
-            if entry["status"] != "ok" else ""
-        print(f"  {visible(os.path.join(run_dir, entry['path']))}{reason}")
-    ok = sum(e["status"] == "ok" for e in entries)
+        reason = f"  [{entry.status}: {visible(str(entry.reason))}]" \
+            if entry.status != "ok" else ""
+        print(f"  {visible(os.path.join(run_dir, entry.path))}{reason}")
+    ok = sum(e.status == "ok" for e in entries)
     manifest = os.path.join(run_dir, paths.MANIFEST_NAME)
     print(f"verlprof: {ok} of {len(entries)} report(s) ok in {visible(manifest)}")
     return 0 if entries and ok == len(entries) else 1
@@ -166,7 +167,7 @@ def _decision(actor: Any, token: str, request_id: str, timeout_s: float) -> Capt
 
 
 def _wait_for_manifest(run_dir: str, decision: CaptureDecision, by: str,
-                       timeout_s: float) -> List[Dict[str, Any]]:
+                       timeout_s: float) -> List[ReportEntry]:
     """The manifest entries of ``decision``'s reports: as soon as a manifest lists them all
     (the job gathers a torch window's report right after its last step), or whatever the job's
     final manifest lists."""
@@ -175,14 +176,13 @@ def _wait_for_manifest(run_dir: str, decision: CaptureDecision, by: str,
     targets = {(g, r) for g, r in decision.targets}
     while time.monotonic() < deadline:
         try:
-            with open(path, encoding="utf-8") as handle:
-                manifest = json.load(handle)
-        except (OSError, ValueError):
-            manifest = {"running": True}
-        entries = [e for e in manifest.get("reports", []) if e.get("requested_by") == by
-                   and (e.get("group"), e.get("rank")) in targets
-                   and set(e.get("steps") or ()) <= set(decision.steps)]
-        if len(entries) >= len(decision.reports) or not manifest.get("running", False):
+            manifest: Optional[Manifest] = read_manifest(run_dir)
+        except ValueError:  # not written yet
+            manifest = None
+        entries = [e for e in (manifest.reports if manifest else ()) if e.requested_by == by
+                   and (e.group, e.rank) in targets and set(e.steps) <= set(decision.steps)]
+        if manifest is not None and (len(entries) >= len(decision.reports)
+                                     or not manifest.running):
             return entries
         time.sleep(0.5)
     raise ProfilingRuntimeError(f"the reports were not in {path} within {timeout_s:g} s "
@@ -212,11 +212,10 @@ def _status(args: argparse.Namespace) -> int:
 def _ended_status(output_dir: str) -> int:
     path = os.path.join(output_dir, paths.MANIFEST_NAME)
     try:
-        with open(path, encoding="utf-8") as handle:
-            reports = json.load(handle).get("reports", [])
-    except (OSError, ValueError):
+        reports = read_manifest(output_dir).reports
+    except ValueError:
         raise ProfilingRuntimeError(f"{output_dir}: no running job and no manifest") from None
-    asked = sum(1 for e in reports if e.get("requested_by"))
+    asked = sum(1 for e in reports if e.requested_by)
     print(f"verlprof: the job has ended: {len(reports)} report(s) in {path}, {asked} on demand")
     return 0
 

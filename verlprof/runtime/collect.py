@@ -24,7 +24,7 @@ from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.base import PENDING_AT_EXIT, worker_report
 from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, ServedGroup
-from verlprof.plan.model import ProcessPlan, ProfilePlan
+from verlprof.plan_model import ProcessPlan, ProfilePlan
 from verlprof.records import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,

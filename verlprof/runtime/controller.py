@@ -39,8 +39,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Un
 from verlprof import paths
 from verlprof.backends.nsys.controller_capture import ControllerCapture
 from verlprof.errors import ProfilingRuntimeError
-from verlprof.manifest import Manifest, ProcessInfo, ReportEntry, free_space, write_manifest
-from verlprof.plan.model import ProfilePlan
+from verlprof.manifest import Manifest
+from verlprof.plan_model import ProfilePlan
 from verlprof.records import (
     ON_RANK_FAILURE,
     OnRankFailure,
@@ -50,17 +50,12 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, on_demand, ownership
-from verlprof.runtime.clock_sync import ClockSync
-from verlprof.runtime.collect import (
-    collect_at_exit,
-    move_all,
-    run_manifest,
-    unreachable_reports,
-)
+from verlprof.runtime import finish_hook, ownership, request_windows
+from verlprof.runtime.collect import collect_at_exit, move_all, unreachable_reports
 from verlprof.runtime.output_guard import OutputGuard
 from verlprof.runtime.preflight import preflight as check_before_start
-from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
+from verlprof.runtime.rank_rpc import RankCalls, RankRPC, describe_error
+from verlprof.runtime.run_context import RunContext
 from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 from verlprof.runtime.teardown import settle_on_nodes
 from verlprof.safe_text import visible
@@ -75,7 +70,7 @@ class ProfileController:
     """Drives start/stop of the planned windows and gathers the reports at the end.
 
     ``on_rank_failure``, ``rpc_timeout_s`` and ``finalize_timeout_s`` default to the plan's
-    :class:`~verlprof.plan.model.RunPolicy` (``trainer.profiler.*`` in the YAML); an argument
+    :class:`~verlprof.plan_model.RunPolicy` (``trainer.profiler.*`` in the YAML); an argument
     overrides it. ``on_rank_failure``: ``"continue"`` records a failed or dead rank, stops
     profiling it and carries on; ``"raise"`` stops the other windows and raises
     :class:`~verlprof.errors.ProfilingRuntimeError` naming the rank. ``handle_signals``: inside
@@ -99,43 +94,53 @@ class ProfileController:
             raise ValueError(f"on_rank_failure must be one of {', '.join(ON_RANK_FAILURE)}, "
                              f"not {on_rank_failure!r}")
         # this run's output directory (maybe <output_dir>/<run id>/), or one line refusing it
-        self.run = ownership.adopt_or_claim(plan)
-        self.plan = plan = self.run.plan
+        self.run = run = ownership.adopt_or_claim(plan)
+        plan = run.plan
         self.finalize_timeout_s = (policy.finalize_timeout_s if finalize_timeout_s is None
                                    else finalize_timeout_s)
-        self.on_rank_failure: OnRankFailure = on_rank_failure
         self.handle_signals = handle_signals
         self.echo = echo
         self.host, self.pid = socket.gethostname(), os.getpid()
         timeout = policy.rpc_timeout_s if rpc_timeout_s is None else rpc_timeout_s
-        self._rpc: RankRPC = RankCalls(timeout) if rpc is None else rpc
-        self._rpc.rpc_timeout_s = timeout  # an injected layer follows the same policy
-        self._identity: Dict[Target, ProcessIdentity] = {}
-        self._targets: List[Target] = []
+        rpc = RankCalls(timeout) if rpc is None else rpc
+        rpc.rpc_timeout_s = timeout  # an injected layer follows the same policy
+        self.context = RunContext(plan, run, rpc, on_rank_failure=on_rank_failure,
+                                  host=self.host, pid=self.pid,
+                                  warnings=list(plan.warnings) + list(run.notes))
+        """What capture requests and the verl bridge share with the controller."""
+        self._rpc: RankRPC = rpc
         self._started: Dict[Target, StepWindow] = {}
         self._stopped: List[Tuple[Dict[Target, StepWindow], Set[Target]]] = []
         self._next: Dict[Target, Optional[StepWindow]] = {}
         self._open: Optional[StepWindow] = None
         self._done_windows: Set[StepWindow] = set()
-        self._warnings: List[str] = list(plan.warnings) + list(self.run.notes)
         self._finalized: Optional[Manifest] = None
         self._signals = SignalGuard(hold_s=self.finalize_timeout_s)
-        self._clocks = ClockSync()  # each process's clock offset, for one aligned trace
         line = f"verlprof controller: host={visible(self.host)} pid={self.pid}"
         logger.info(line)
         if echo:
             print(line, flush=True)
         if preflight:
             check_before_start(plan, timeout_s=preflight_timeout_s, dry_run=preflight != "quick")
-        self._output = OutputGuard(plan, echo=echo, warn=self._warnings.append)
+        self._output = OutputGuard(plan, echo=echo, warn=self.context.warnings.append)
         self._controller = ControllerCapture(plan)
+        self.context.under_profiler = self._controller.attached
         if self._controller.attached:
             # nsys does not create its -o directory: it would write to /tmp instead
             os.makedirs(os.path.join(plan.output_dir, paths.CONTROLLER_DIR), exist_ok=True)
         unwrapped = self._controller.unwrapped_warning()
         if unwrapped is not None:
-            self._warnings.append(unwrapped)
-        self._on_demand = on_demand.serve_requests(self, requests)  # off: a no-op object
+            self.context.warnings.append(unwrapped)
+        self._on_demand = request_windows.serve_requests(self.context, requests)  # off: no-op
+
+    @property
+    def plan(self) -> ProfilePlan:
+        """The plan being executed (capture requests extend it while the job runs)."""
+        return self.context.plan
+
+    @property
+    def on_rank_failure(self) -> OnRankFailure:
+        return self.context.on_rank_failure
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -145,7 +150,7 @@ class ProfileController:
     # -- wiring ----------------------------------------------------------------------------
     def register_group(self, name: str, actors: Sequence[Any]) -> None:
         """Attach a worker group (``actors[r]`` is rank ``r``); configures its planned ranks."""
-        group = next((g for g in self.plan.groups if g.name == name), None)
+        group = self.plan.group(name)
         if group is None:
             raise ProfilingRuntimeError(f"group {name!r} is not in the plan "
                                         f"({', '.join(g.name for g in self.plan.groups)})")
@@ -156,42 +161,36 @@ class ProfileController:
         targets = list(plans)
         self._rpc.actors.update((t, actors[t[1]]) for t in targets)
         self._on_demand.register(name, actors)
-        self._targets = [(p.group, p.rank) for p in self.plan.processes
-                         if (p.group, p.rank) in self._rpc.actors]
+        self.context.registered = [(p.group, p.rank) for p in self.plan.processes
+                                   if (p.group, p.rank) in self._rpc.actors]
         statuses, errors = self._rpc.call("verlprof_configure", targets, lambda t: (plans[t],))
         for target, status in statuses.items():
             reply: SessionStatus = status
-            self._identity[target] = reply.identity
+            self.context.identity[target] = reply.identity
             self._next[target] = reply.next
-        self._on_errors(errors)
-        self._clocks.measure(self._rpc, targets)
+        self.context.on_errors(errors)
+        self.context.clocks.measure(self._rpc, targets)
 
     def replan(self, plan: ProfilePlan) -> ProfilePlan:
         """Follow ``plan``, planned again on the groups verl built: before the first step only,
         and leaving registered processes as planned."""
         if plan.output_dir != self.plan.output_dir:
             plan = ownership.retarget(plan, self.plan.output_dir)
-        changed = [t for t in self._targets if plan.process(*t) != self.plan.process(*t)]
+        changed = [t for t in self.context.registered
+                   if plan.process(*t) != self.plan.process(*t)]
         if self._done_windows or changed:
             raise ProfilingRuntimeError(f"no new plan after a step or for registered {changed}")
-        self.plan = plan
+        self.context.plan = plan
         return plan
 
-    def note(self, *lines: str) -> None:  # warnings: logged and kept in the manifest
-        for line in lines:
-            logger.warning("verlprof: %s", line)
-        self._warnings.extend(lines)
+    def note(self, *lines: str) -> None:
+        """Warnings: logged and kept in the manifest."""
+        self.context.note(*lines)
 
     @property
     def targets(self) -> List[Target]:
         """Registered planned processes, in plan order, then those added on demand."""
-        return self._targets + self._on_demand.added
-
-    def _live(self, targets: List[Target]) -> List[Target]:
-        """``targets`` less the dead ranks (the same list when none died: a step at 8,192
-        ranks pays C-level copies, not a Python test per rank)."""
-        failed = self._rpc.failed
-        return [t for t in targets if t not in failed] if failed else targets
+        return self.context.registered + self._on_demand.added
 
     @property
     def failed_ranks(self) -> Dict[Target, str]:
@@ -243,7 +242,7 @@ class ProfileController:
         a bare no-op fan-out instead of about 1.0x (benchmarks/p2_fanout.py). The mirror holds
         because each worker runs this controller's calls in order; a rank with an error gets
         the explicit form until it answers again."""
-        targets = self._live(self._targets)
+        targets = self.context.live(self.context.registered)
         # also the late ones: their stop must follow their start
         self._started.update(dict.fromkeys(targets, window))
         mirrored = list(map(self._next.get, targets))
@@ -256,7 +255,7 @@ class ProfileController:
             self._next.update(dict.fromkeys(targets, following))
             for target, _ in errors:
                 self._next[target] = None
-            self._on_errors(errors)
+            self.context.on_errors(errors)
         except BaseException:
             with self._signals.shield():
                 self.stop_all(raise_errors=False)
@@ -268,17 +267,17 @@ class ProfileController:
         ``verlprof_stop()`` goes without arguments (it closes what is armed), as in ``_start``."""
         started, self._started = self._started, {}
         self._open = None
-        targets = self._live(list(started))
+        targets = self.context.live(list(started))
         unclosed = set(started).difference(targets) if len(targets) < len(started) else set()
         self._stopped.append((started, unclosed))  # for what a rank that dies later left
         try:
             if targets:
                 # each stop's answer is a clock reading too: one per window, for the trace
-                _, errors = self._clocks.call(self._rpc, "verlprof_stop", targets)
+                _, errors = self.context.clocks.call(self._rpc, "verlprof_stop", targets)
                 unclosed.update(target for target, _ in errors)
                 for target, _ in errors:
                     self._next[target] = None
-                self._on_errors(errors, raise_errors)
+                self.context.on_errors(errors, raise_errors)
         finally:  # the workers' windows first: none of them takes in this process's close
             self._controller.close()
 
@@ -296,7 +295,7 @@ class ProfileController:
             self.stop_all(raise_errors=False)
             timeout = self.finalize_timeout_s if timeout_s is None else timeout_s
             items: List[WorkerReport] = []
-            alive, cut = self._live(self.targets), ""
+            alive, cut = self.context.live(self.targets), ""
             margin = min(30.0, 5.0 + timeout / 10)
             try:
                 results, errors = self._rpc.call("verlprof_finalize", alive, lambda t: (timeout,),
@@ -304,7 +303,7 @@ class ProfileController:
             except KeyboardInterrupt as err:  # a held signal came due: the manifest still goes
                 cut = self._signals.cut_short(err)
                 results, errors = {}, [(t, cut) for t in alive]
-            self._on_errors(errors, False)
+            self.context.on_errors(errors, False)
             why = {t: msg for t, msg in errors}
             local_node, plans = node_id(), {(p.group, p.rank): p for p in self.plan.processes}
             for target in self.targets:
@@ -316,33 +315,24 @@ class ProfileController:
                 sent = [(s[target], target not in unclosed) for s, unclosed in self._stopped
                         if died and target in s]
                 items.extend(unreachable_reports(
-                    plans[target], self._identity.get(target, ProcessIdentity(host="", pid=0)),
+                    plans[target],
+                    self.context.identity.get(target, ProcessIdentity(host="", pid=0)),
                     died or why.get(target, "no answer"), sent, self.plan.tool, local_node,
                     0 if cut else timeout))
             entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)
-            manifest = self._write(self._manifest(entries))
+            manifest = self.context.write(self.context.manifest(entries))
             if self.plan.finish_hook is not None:
                 manifest = finish_hook.into_manifest(self.plan.finish_hook, manifest, self.plan,
-                                                     self._identity, self.echo, self._write)
-                self._warnings = list(manifest.warnings)  # with the hook's failures
+                                                     self.context.identity, self.echo,
+                                                     self.context.write)
+                self.context.warnings[:] = manifest.warnings  # with the hook's failures
             self._finalized = manifest
             self.run.release()
         if cut:  # now that the manifest is written
             raise self._signals.interruption()
-        return manifest
-
-    def _write(self, manifest: Manifest) -> Manifest:
-        try:
-            if self.run.writes_manifest:  # False: profiling off, another run's manifest there
-                write_manifest(manifest, self.plan.output_dir)
-        except OSError as err:  # one line naming the key and the free space (disk full?)
-            raise ProfilingRuntimeError(
-                f"trainer.profiler.output_dir: cannot write {paths.MANIFEST_NAME} to "
-                f"{self.plan.output_dir}: {err.strerror or err} "
-                f"({free_space(self.plan.output_dir)})") from None
         return manifest
 
     def wait_for_profilers(self, timeout_s: float = 120.0,
@@ -352,7 +342,7 @@ class ProfileController:
         gathers what a tool wrote at exit (rocprof-sys) into the manifest (:meth:`finalize`
         then returns it); problems, one each."""
         by_node: Dict[str, List[int]] = {}
-        for target, identity in self._identity.items():
+        for target, identity in self.context.identity.items():
             if identity.profiler_pid and (only is None or target in only):
                 by_node.setdefault(identity.node_id, []).append(identity.profiler_pid)
         settled = settle_on_nodes(by_node, timeout_s, self.plan.output_dir)
@@ -362,9 +352,9 @@ class ProfileController:
         if self._finalized is not None:  # output written at exit (rocprof-sys): gather it now
             manifest, late = collect_at_exit(self._finalized, self.plan, timeout_s, node_id())
             if manifest is not self._finalized:  # finalize() now returns the rewritten one
-                self._finalized = self._write(manifest)
+                self._finalized = self.context.write(manifest)
             problems += late
-        self._warnings.extend(problems)
+        self.context.warnings.extend(problems)
         return problems
 
     # -- with controller: ... ---------------------------------------------------------------
@@ -396,24 +386,3 @@ class ProfileController:
             received = self._signals.restore()
         if received is not None:
             self._signals.pass_on()
-
-    def _manifest(self, entries: List[ReportEntry]) -> Manifest:
-        controller = ProcessInfo(group="controller", rank=0, host=self.host, pid=self.pid,
-                                 node_id=node_id(), under_profiler=self._controller.attached,
-                                 clock_offset_ns=0, clock_error_ns=0)
-        return run_manifest(self.plan, entries, self._identity, controller, self._warnings,
-                            self.run.run_id, clock=self._clocks.fields)
-
-    def _on_errors(self, errors: List[RankError],
-                   raise_errors: Optional[bool] = None) -> None:
-        """Log and record each error (one line naming the rank); raise per the policy."""
-        if not errors:
-            return
-        lines = [f"{group} rank {rank}: {message}" for (group, rank), message in errors]
-        for line in lines:
-            logger.error("verlprof: %s", line)
-        self._warnings.extend(lines)
-        should_raise = self.on_rank_failure == "raise" if raise_errors is None else raise_errors
-        if should_raise:
-            group, rank = errors[0][0]
-            raise ProfilingRuntimeError("; ".join(lines), group=group, rank=rank)

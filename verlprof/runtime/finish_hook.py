@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from verlprof import paths
 from verlprof.manifest import HookRun, Manifest
-from verlprof.plan.model import FinishHookPlan, ProfilePlan
+from verlprof.plan_model import FinishHookPlan, ProfilePlan
 from verlprof.records import ProcessIdentity, Target
 from verlprof.runtime.teardown import task_on_node
 from verlprof.safe_text import visible

@@ -34,7 +34,7 @@ from verlprof.records import Target
 from verlprof.runtime.rank_rpc import RankError, describe_error, note_unanswered
 
 DEFAULT_TIMEOUT_S = 120.0
-"""As :class:`~verlprof.plan.model.RunPolicy`; the controller sets the plan's own."""
+"""As :class:`~verlprof.plan_model.RunPolicy`; the controller sets the plan's own."""
 
 
 class RankDied(Exception):

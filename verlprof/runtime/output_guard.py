@@ -17,7 +17,7 @@ from typing import Callable, List, Optional, Sequence, Set
 
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import ReportEntry
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 from verlprof.records import STATUS_OK, StepWindow
 from verlprof.storage import SpaceReserve, reserve_bytes, write_problem
 

@@ -54,8 +54,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.errors import ConfigError
+from verlprof.manifest import read_manifest
 from verlprof.plan.build import build_plan
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 from verlprof.records import ExistingRun
 from verlprof.runtime import run_lock
 from verlprof.runtime.run_lock import LockHolder
@@ -114,20 +115,14 @@ class ExistingRunInfo:
 def existing_run(directory: str) -> Optional[ExistingRunInfo]:
     """What ``directory`` already holds of a run: its manifest, else report files that no
     manifest lists; None when it holds neither (a summary or other files alone do not count)."""
-    manifest = os.path.join(directory, paths.MANIFEST_NAME)
-    if os.path.isfile(manifest):
+    if os.path.isfile(os.path.join(directory, paths.MANIFEST_NAME)):
         try:
-            with open(manifest, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            data = {}
-        data = data if isinstance(data, dict) else {}
-        controller = data.get("controller") if isinstance(data.get("controller"), dict) else {}
-        reports = data.get("reports")
-        return ExistingRunInfo(directory=directory, run_id=data.get("run_id") or None,
-                               host=str((controller or {}).get("host") or ""),
-                               when=str(data.get("created") or ""),
-                               reports=len(reports) if isinstance(reports, list) else 0)
+            manifest = read_manifest(directory)
+        except ValueError:  # unreadable, still another run's: nothing more to say of it
+            return ExistingRunInfo(directory=directory)
+        return ExistingRunInfo(directory=directory, run_id=manifest.run_id,
+                               host=manifest.controller.host if manifest.controller else "",
+                               when=manifest.created, reports=len(manifest.reports))
     try:
         count = sum(len(files) for entry in _run_dirs(directory)
                     for _, _, files in os.walk(os.path.join(directory, entry)))

@@ -12,7 +12,7 @@ import os
 from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.errors import ConfigError
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 
 MIN_FREE_BYTES = 64 << 20
 """The output directory needs at least this much free space."""

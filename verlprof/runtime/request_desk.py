@@ -9,7 +9,7 @@ job's owner can ask. Where to connect is in ``<output_dir>/.verlprof-on-demand.j
 
 The desk only queues: a request is screened (token, sizes, names) on arrival, and the
 controller takes the queue at its next step boundary without waiting (a long poll it checks
-with ``ray.wait(timeout=0)``); :mod:`verlprof.runtime.on_demand` decides and runs them.
+with ``ray.wait(timeout=0)``); :mod:`verlprof.runtime.request_windows` decides and runs them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, List, Protocol, Union
 
 from verlprof import paths
-from verlprof.plan.on_demand import screen
+from verlprof.plan.request_plan import request_problem
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
 
 ACTOR_PREFIX = "verlprof-controller-"
@@ -45,7 +45,7 @@ class Desk:
 
     def submit(self, request: Any) -> str:
         """"" when queued, else one line why not."""
-        problem = screen(request, self._token)
+        problem = request_problem(request, self._token)
         if problem:
             return problem
         if self.closed:
@@ -83,7 +83,7 @@ class Desk:
                               "ended": self.closed or self.progress.ended})
 
     def _token_ok(self, token: Any) -> bool:
-        return not screen(CaptureRequest(id="", token=token, steps="next:1"), self._token)
+        return not request_problem(CaptureRequest(id="", token=token, steps="next:1"), self._token)
 
     def close(self) -> List[CaptureRequest]:
         """No more requests; returns those never decided."""

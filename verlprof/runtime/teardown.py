@@ -23,7 +23,7 @@ from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.nsys.cli import reap_orphan_agents
 from verlprof.backends.nsys.procs import send_signal
-from verlprof.plan.model import ProcessPlan
+from verlprof.plan_model import ProcessPlan
 from verlprof.records import Target
 from verlprof.worker.identity import node_id as this_node_id
 

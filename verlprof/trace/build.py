@@ -19,7 +19,7 @@ from verlprof import paths
 from verlprof.manifest import STATUS_MISSING, STATUS_OK, Manifest, ReportEntry, read_manifest
 from verlprof.safe_text import visible
 from verlprof.trace.clock import Alignment, Key, alignments, clock_summary
-from verlprof.trace.parts import Part, append_part, read_parts
+from verlprof.trace.part_files import Part, append_part, read_parts
 from verlprof.trace.tracks import Filters, ProcessTracks, TrackIds
 from verlprof.trace.writer import TraceWriter, Written
 
@@ -122,7 +122,7 @@ class _Run:
 
     def write(self, out: BinaryIO, prefix: str, jobs: Optional[int]) -> int:
         """The header, the process tracks and the gaps here; the reports' events in parts
-        written side by side (:mod:`verlprof.trace.parts`), joined in manifest order."""
+        written side by side (:mod:`verlprof.trace.part_files`), joined in manifest order."""
         self._header()
         parts: List[Tuple[ReportEntry, Part]] = []
         for index, entry in enumerate(self.entries):

@@ -160,16 +160,3 @@ def run_trace_command(args: argparse.Namespace) -> int:
     """``verlprof trace``: 0 when written, 2 for a directory without a manifest, 1 when the
     trace cannot be written."""
     return trace_or_error(args.output_dir, filters_of(args), args.out)[0]
-
-
-def main(argv=None) -> int:
-    """Standalone entry (``python -m verlprof.trace.cli OUTPUT_DIR``)."""
-    parser = argparse.ArgumentParser(prog="verlprof")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_trace_subcommand(sub)
-    rest = sys.argv[1:] if argv is None else list(argv)
-    return run_trace_command(parser.parse_args(["trace", *rest]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,6 @@ import sqlite3
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from verlprof.backends.nsys.gpu_plan import KERNEL_TABLE, MEMCPY_TABLE, RUNTIME_TABLE
-from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE
 from verlprof.backends.nsys.read import exported_sqlite
 from verlprof.backends.nsys.sqlite import (
     EVENT_MARK,
@@ -27,6 +26,7 @@ from verlprof.backends.nsys.sqlite import (
 )
 from verlprof.backends.nsys.sqlite_pages import NotPlain
 from verlprof.backends.reading import ReportReadError
+from verlprof.records import CAPTURE_RANGE
 from verlprof.trace.nvtx_pages import NvtxPages, Ranges
 from verlprof.trace.tracks import ProcessTracks
 from verlprof.trace.writer import NINE_BYTES, TEN_BYTES

@@ -51,14 +51,14 @@ class TrackIds:
 
     def __init__(self, first_flow: int = 1) -> None:
         self._uuids: Iterator[int] = count(1)
-        self._pids: Iterator[int] = count(1)
+        self.pids: Iterator[int] = count(1)
         self._flows: Iterator[int] = count(first_flow)
 
     def uuid(self) -> int:
         return next(self._uuids)
 
     def pid(self) -> int:
-        return next(self._pids)
+        return next(self.pids)
 
     def flow_base(self) -> int:
         """A range of 2**40 flow ids of one's own (a report's correlation ids go below it)."""

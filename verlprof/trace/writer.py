@@ -20,7 +20,7 @@ SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 """``TrackEvent.Type``."""
 SEQUENCE_ID = 1
 """One writer, one packet sequence (``trusted_packet_sequence_id``); the parts of a trace
-read side by side each have their own (:mod:`verlprof.trace.parts`)."""
+read side by side each have their own (:mod:`verlprof.trace.part_files`)."""
 _INCREMENTAL_STATE_CLEARED = 1
 Arg = Union[str, int]
 

@@ -11,9 +11,9 @@ import dataclasses
 import os
 from typing import List, Optional, Sequence
 
-from verlprof.plan.model import ProcessPlan
+from verlprof.plan_model import ProcessPlan
 from verlprof.records import SessionStatus, StartReply, StopReply, WorkerReport
-from verlprof.worker.clock import clock_ns
+from verlprof.worker import wall_clock
 from verlprof.worker.identity import process_identity
 from verlprof.worker.session import ProfileSession
 
@@ -55,7 +55,7 @@ class ProfilingWorkerMixin:
         clock: a reading per window at no call of its own (``verlprof.runtime.clock_sync``)."""
         session = self._verlprof_session
         outcome = session.stop(steps) if session is not None else "not-configured"
-        return StopReply(outcome=outcome, clock_ns=clock_ns())
+        return StopReply(outcome=outcome, clock_ns=wall_clock.clock_ns())
 
     def verlprof_status(self) -> SessionStatus:
         """Where this process stands: identity, whether it runs under a profiler, its windows."""
@@ -67,7 +67,7 @@ class ProfilingWorkerMixin:
     def verlprof_clock(self) -> int:
         """This process's wall clock (ns since the epoch): the controller takes the midpoint of
         the round trip as its own time of the reading (``verlprof.runtime.clock_sync``)."""
-        return clock_ns()
+        return wall_clock.clock_ns()
 
     def verlprof_finalize(self, timeout_s: float = 300.0) -> List[WorkerReport]:
         """Stop, wait for this process's reports, and describe each planned one."""

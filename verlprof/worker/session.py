@@ -1,4 +1,4 @@
-"""The worker session: executes one selected process's :class:`~verlprof.plan.model.ProcessPlan`.
+"""The worker session: executes one selected process's :class:`~verlprof.plan_model.ProcessPlan`.
 
 Unselected processes are never configured: their ``annotate``d methods pay one wrapper call
 and one flag test. A selected process gets a :class:`ProfileSession`: whole-step windows
@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Set, 
 
 from verlprof.backends import get_backend
 from verlprof.backends.base import OpenedWindow
-from verlprof.plan.model import ProcessPlan, Window
+from verlprof.plan_model import ProcessPlan, Window
 from verlprof.records import (
     Mode,
     ProcessIdentity,
@@ -28,8 +28,8 @@ from verlprof.records import (
     StopOutcome,
     WorkerReport,
 )
+from verlprof.worker import wall_clock
 from verlprof.worker.annotate import set_active
-from verlprof.worker.clock import clock_ns
 from verlprof.worker.timed import bounded
 
 SessionState = Literal["idle", "armed", "open", "finalized"]
@@ -128,7 +128,7 @@ class ProfileSession:
 
     def add_windows(self, plan: ProcessPlan) -> None:
         """Follow ``plan``: this process's plan with windows asked for while the job runs
-        (:mod:`verlprof.plan.on_demand`). They open only when a start names their steps: the
+        (:mod:`verlprof.plan.request_plan`). They open only when a start names their steps: the
         planned order that a start without arguments follows stays as it was."""
         with self._lock:
             if self.state == FINALIZED:
@@ -296,7 +296,7 @@ class ProfileSession:
     # -- window bookkeeping --------------------------------------------------------------
     def _open(self, window: Window) -> None:
         self._pending.remove(window)
-        self.current = OpenedWindow(window, clock_ns())
+        self.current = OpenedWindow(window, wall_clock.clock_ns())
         self.opened.append(self.current)
         self.state = OPEN
         self.capture.open(window)
@@ -309,7 +309,7 @@ class ProfileSession:
         try:
             self.capture.close(current.window)
         finally:
-            current.end_ns = clock_ns()
+            current.end_ns = wall_clock.clock_ns()
 
 
 Action = Callable[..., Any]

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from verlprof.backends.base import Capture, OpenedWindow
-from verlprof.plan.model import Window, WindowTime
+from verlprof.plan_model import Window, WindowTime
 from verlprof.records import WorkerReport
-from verlprof.worker.clock import clock_ns
+from verlprof.worker import wall_clock
 
 
 class TimedCapture(Capture):
@@ -102,7 +102,7 @@ class TimedCapture(Capture):
         assert window is not None
         self.inner.open(window)
         self._opened_at = time.monotonic()
-        self.effective[window] = (clock_ns(), None)
+        self.effective[window] = (wall_clock.clock_ns(), None)
         if self.bounds.duration_s is not None and self.any_thread:
             self._after(self.bounds.duration_s, self._close_if, window)
 
@@ -114,7 +114,7 @@ class TimedCapture(Capture):
         try:
             self.inner.close(window)
         finally:
-            self.effective[window] = (self.effective[window][0], clock_ns())
+            self.effective[window] = (self.effective[window][0], wall_clock.clock_ns())
 
     def _open_if(self, window: Window) -> None:
         with self._lock:

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from verlprof import paths
-from verlprof.backends.base import Backend, Capture, Launch
+from verlprof.backends.base import Backend, Capture
 from verlprof.errors import ConfigError
 from verlprof.safe_text import shell_quote
 
-if TYPE_CHECKING:  # types only: the builder of the plan imports the backends
+if TYPE_CHECKING:
     from verlprof.backends.reading import ReportData
-    from verlprof.config.schema import ProfilingConfig
-    from verlprof.config.topology import GroupTopology, Topology
-    from verlprof.plan.model import ProcessPlan, ProfilePlan
+    from verlprof.plan_model import ProcessPlan, ProfilePlan
     from verlprof.records import ProcessIdentity, StepWindow
 
 EXECUTABLE_KEY = "trainer.profiler.nsys.executable"
@@ -23,56 +20,12 @@ _PREFLIGHT_OK: set = set()
 """Launch argvs (output options stripped) that passed a dry run in this process."""
 
 
-def _owner_env(config: ProfilingConfig) -> dict:
-    """Marks every nsys this run starts (and the agents they leave) as the run's own, so its
-    teardown ends those and never another job's (:mod:`verlprof.backends.nsys.procs`)."""
-    from verlprof.backends.nsys.procs import OWNER_ENV
-
-    return {OWNER_ENV: config.output_dir}
-
-
 class NsysBackend(Backend):
     name = "nsys"
     has_reader = True
 
     # Each method imports what it needs: `verlprof report` only reads (and must not pay for
-    # the config schema that argv needs, nor capture's ctypes), a worker only captures.
-
-    def check(self, config: ProfilingConfig, topology: Topology) -> None:
-        from verlprof.backends.nsys.argv import check_trace_has_nvtx, resolve_trigger
-
-        key = config.nsys.worker_options_key
-        check_trace_has_nvtx(config.nsys.worker_options, key)
-        resolve_trigger(config.nsys, key, topology.cuda)
-
-    def worker_launch(self, config: ProfilingConfig, topology: Topology, group: GroupTopology,
-                      rank: int, windows: int, warnings: List[str]) -> Launch:
-        from verlprof.backends.nsys.argv import NSYS_NVTX_ENV, nsys_argv, resolve_trigger
-
-        key = config.nsys.worker_options_key
-        trigger, _ = resolve_trigger(config.nsys, key, topology.cuda)
-        argv = nsys_argv(config.nsys, options=config.nsys.worker_options,
-                         flags=config.nsys.worker_flags, options_key=key, trigger=trigger,
-                         windows=windows, output=paths.raw_prefix(config.output_dir, group.name,
-                                                                  rank),
-                         cpu_only=not topology.cuda, warnings=warnings)
-        env = dict(NSYS_NVTX_ENV) if trigger == "nvtx" else {}
-        return Launch(argv=argv, env={**env, **_owner_env(config)})
-
-    def controller_launch(self, config: ProfilingConfig, topology: Topology, windows: int,
-                          warnings: List[str]) -> Optional[Launch]:
-        """The controller always uses the nvtx trigger: it does no GPU work of its own."""
-        from verlprof.backends.nsys.argv import NSYS_NVTX_ENV, check_trace_has_nvtx, nsys_argv
-
-        if not config.nsys.controller_options:
-            return None
-        key = config.nsys.controller_options_key
-        check_trace_has_nvtx(config.nsys.controller_options, key)
-        argv = nsys_argv(config.nsys, options=config.nsys.controller_options,
-                         flags=config.nsys.controller_flags, options_key=key, trigger="nvtx",
-                         windows=windows, output=paths.controller_prefix(config.output_dir),
-                         cpu_only=not topology.cuda, warnings=warnings)
-        return Launch(argv=argv, env={**NSYS_NVTX_ENV, **_owner_env(config)})
+    # capture's ctypes), a worker only captures.
 
     def preflight(self, plan: ProfilePlan, *, timeout_s: float, dry_run: bool) -> None:
         """Each distinct launch command gets a bounded trial run of ``python -c pass``; a
@@ -100,9 +53,9 @@ class NsysBackend(Backend):
         """nsys numbers a process's reports in the order its windows closed, and writes those
         of ``repeat:N`` when the process dies. They map back to windows only when each step is
         one window (discrete ones follow the phases that ran) and none was added on demand."""
-        from verlprof.backends.nsys.argv import OPEN_ENDED
         from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals, report_glob
         from verlprof.backends.nsys.reports import ReportWriter, wait_for_reports
+        from verlprof.plan_model import OPEN_ENDED
 
         if OPEN_ENDED in process.launch_argv or any(w.phase for w in process.windows):
             return {}

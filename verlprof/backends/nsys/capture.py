@@ -24,10 +24,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import capture_range, nvtx
-from verlprof.backends.nsys.argv import OPEN_ENDED
 from verlprof.backends.nsys.cli import run_nsys, wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait, own_writer
-from verlprof.plan.model import ProcessPlan, Window
+from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
 _ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")

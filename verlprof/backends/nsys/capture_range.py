@@ -23,8 +23,8 @@ import threading
 from typing import Any, Optional
 
 from verlprof.backends.nsys import nvtx
-from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter
+from verlprof.records import CAPTURE_RANGE, NVTX_DOMAIN
 
 SETTLE_TIMEOUT_S = 120.0
 """Upper bound on waiting for a pending end (nsys normally returns within ~1 s)."""

@@ -29,10 +29,10 @@ from verlprof.backends.nsys.procs import (  # noqa: F401  (re-exported: one impo
     DEFAULT_KILL_GRACE_S,
     MARKER_ENV,
     AgentProcess,
-    _group_members,
-    _nsys_temp_files,
+    group_members,
     list_agents,
     marked_processes,
+    nsys_temp_files,
     orphan_agents,
     proc_info,
     reap_orphan_agents,
@@ -169,8 +169,8 @@ def run_nsys(argv: Sequence[str], timeout_s: float, *, env: Optional[Dict[str, s
         pids = set(marked_processes(marker))
         if proc.poll() is None:
             pids.add(proc.pid)
-        pids.update(_group_members(proc.pid))
-        temp_files.update(_nsys_temp_files(pids))
+        pids.update(group_members(proc.pid))
+        temp_files.update(nsys_temp_files(pids))
         return sorted(pids)
 
     try:

@@ -1,5 +1,5 @@
 """The controller's own nsys window: open while a planned step window is, when the controller
-process runs under the plan's nsys argv (``verlprof.runtime.launch.controller_options``)."""
+process runs under the plan's nsys argv (``verlprof.runtime.ray_options.controller_options``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals
 from verlprof.backends.nsys.cli import wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait, own_writer
 from verlprof.manifest import ReportEntry
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow
 
 

@@ -63,18 +63,17 @@ from typing import Any, Dict, Iterator, Optional
 
 from verlprof.backends.nsys.nvtx_base import (  # noqa: F401 - re-exported: the NVTX contract
     BACKEND_ENV,
-    CAPTURE_RANGE,
     COLOR_ARGB,
     FORCE_ENV,
     INJECTION_ENV,
     LIB_ENV,
     MAX_REGISTERED,
-    NVTX_DOMAIN,
     NullEmitter,
     NvtxEmitter,
     cached,
 )
 from verlprof.backends.nsys.nvtx_ctypes import make_ctypes_emitter, nvtx_library_candidates
+from verlprof.records import CAPTURE_RANGE, NVTX_DOMAIN  # noqa: F401 - the NVTX contract
 
 _LOG = logging.getLogger(__name__)
 

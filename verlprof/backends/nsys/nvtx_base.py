@@ -9,11 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict
 
-NVTX_DOMAIN = "verlprof"
-"""NVTX domain of every range verlprof emits."""
-
-CAPTURE_RANGE = "VERLPROF_CAPTURE"
-"""Name of the range that opens an nsys capture window (``-p VERLPROF_CAPTURE@verlprof``)."""
+from verlprof.records import NVTX_DOMAIN
 
 INJECTION_ENV = "NVTX_INJECTION64_PATH"
 """Set by nsys (and other NVTX tools) in the processes they profile."""

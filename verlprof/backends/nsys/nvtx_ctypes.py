@@ -19,10 +19,10 @@ from verlprof.backends.nsys.nvtx_base import (
     COLOR_ARGB,
     LIB_ENV,
     MAX_REGISTERED,
-    NVTX_DOMAIN,
     NvtxEmitter,
     cached,
 )
+from verlprof.records import NVTX_DOMAIN
 
 
 class _Payload(ctypes.Union):

@@ -39,10 +39,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
+from verlprof.records import NSYS_OWNER_ENV
+
 MARKER_ENV = "VERLPROF_NSYS_RUN"
 """Environment variable carrying a per-call marker into every process an nsys call starts."""
 
-OWNER_ENV = "VERLPROF_NSYS_OWNER"
+OWNER_ENV = NSYS_OWNER_ENV
 """Environment variable in the launch of every nsys a verlprof run starts: the run's output
 directory. Its agents inherit it; teardown ends only orphaned agents that carry its value."""
 
@@ -69,7 +71,7 @@ class ProcInfo:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _pids() -> List[int]:
+def all_pids() -> List[int]:
     try:
         return [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
@@ -128,12 +130,12 @@ def carries_env(pid: int, name: str, value: str) -> bool:
 def marked_processes(marker: str) -> List[int]:
     """Live (non-zombie) processes whose environment has ``MARKER_ENV=marker``."""
     me = os.getpid()
-    return [pid for pid in _pids()
+    return [pid for pid in all_pids()
             if pid != me and carries_env(pid, MARKER_ENV, marker) and live_process(pid)]
 
 
-def _group_members(pgid: int) -> List[int]:
-    return [pid for pid in _pids() if (info := live_process(pid)) and info.pgid == pgid]
+def group_members(pgid: int) -> List[int]:
+    return [pid for pid in all_pids() if (info := live_process(pid)) and info.pgid == pgid]
 
 
 def send_signal(pid: int, sig: int) -> bool:
@@ -187,16 +189,16 @@ class AgentProcess:
 _SESSION_PID_RE = re.compile(r"^profile-.*-(\d+)$")
 
 
-def _is_nsys(argv: Sequence[str]) -> bool:
+def is_nsys(argv: Sequence[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]) == "nsys"
 
 
 def list_agents() -> List[AgentProcess]:
     """Every visible ``nsys --start-agent`` process (zombies excluded)."""
     out = []
-    for pid in _pids():
+    for pid in all_pids():
         info = live_process(pid)
-        if info is None or not _is_nsys(info.cmdline):
+        if info is None or not is_nsys(info.cmdline):
             continue
         if "--start-agent" not in info.cmdline:
             continue
@@ -217,7 +219,7 @@ def _owner_alive(agent: AgentProcess) -> bool:
     if owner is None:
         return False
     # PID reuse: the owner must be an nsys process at least as old as the agent
-    return _is_nsys(owner.cmdline) and proc_age_s(owner) + 1.0 >= agent.age_s
+    return is_nsys(owner.cmdline) and proc_age_s(owner) + 1.0 >= agent.age_s
 
 
 def orphan_agents(older_than_s: float = 60.0) -> List[AgentProcess]:
@@ -241,7 +243,7 @@ def reap_orphan_agents(owner: str, grace_s: float = DEFAULT_KILL_GRACE_S) -> Lis
     victims = [a for a in orphan_agents(0) if carries_env(a.pid, OWNER_ENV, owner)]
     if victims:
         wanted = {a.pid for a in victims}
-        streams = _nsys_temp_files(wanted)
+        streams = nsys_temp_files(wanted)
 
         def still() -> List[int]:
             return [a.pid for a in list_agents() if a.pid in wanted]
@@ -269,7 +271,7 @@ def open_files(pid: int) -> Iterator[str]:
             continue
 
 
-def _nsys_temp_files(pids: Iterable[int]) -> Set[str]:
+def nsys_temp_files(pids: Iterable[int]) -> Set[str]:
     """``nsys-report-XXXX.qdstrm`` files that ``pids`` hold open (the agent writes them)."""
     out: Set[str] = set()
     for pid in pids:

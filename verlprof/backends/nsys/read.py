@@ -30,7 +30,6 @@ from verlprof.backends.nsys.gpu_sql import (
     Span,
     gpu_totals,
 )
-from verlprof.backends.nsys.nvtx_base import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.backends.nsys.sqlite import (
     list_tables,
     open_export,
@@ -38,6 +37,7 @@ from verlprof.backends.nsys.sqlite import (
     report_time_bounds,
 )
 from verlprof.backends.reading import RawRange, ReportData, ReportReadError, StepMark
+from verlprof.records import CAPTURE_RANGE, NVTX_DOMAIN
 
 __all__ = ["KERNEL_TABLE", "MEMCPY_TABLE", "RUNTIME_TABLE", "exported_sqlite",
            "read_nsys_report", "read_nsys_sqlite"]

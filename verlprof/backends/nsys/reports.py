@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
 from verlprof.backends.nsys.procs import (
-    _is_nsys,
-    _pids,
+    all_pids,
+    is_nsys,
     list_agents,
     live_process,
     open_files,
@@ -80,7 +80,7 @@ def _busy_paths(candidates: Set[str]) -> Set[str]:
     busy: Set[str] = set()
     if not candidates:
         return busy
-    for pid in _pids():
+    for pid in all_pids():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
@@ -139,7 +139,7 @@ class ProcProbe:
         agents = [a for a in list_agents() if a.owner_pid == cli_pid]
         cli = live_process(cli_pid)
         live = [a.pid for a in agents]
-        if cli is not None and _is_nsys(cli.cmdline):
+        if cli is not None and is_nsys(cli.cmdline):
             live.append(cli_pid)
         return live, next((a.session_name for a in agents if a.session_name), None)
 
@@ -186,7 +186,7 @@ def own_writer(levels: int = 8) -> Optional[ReportWriter]:
             return None
         pid = info.ppid
         parent = proc_info(pid)
-        if parent is not None and _is_nsys(parent.cmdline) and "profile" in parent.cmdline:
+        if parent is not None and is_nsys(parent.cmdline) and "profile" in parent.cmdline:
             return ReportWriter(cli_pid=pid, target_pid=os.getpid())
     return None
 

@@ -21,7 +21,7 @@ from verlprof.backends.base import (
     never_opened_reports,
     worker_report,
 )
-from verlprof.plan.model import ProcessPlan, Window
+from verlprof.plan_model import ProcessPlan, Window
 from verlprof.records import STATUS_INCOMPLETE, WorkerReport
 
 USER_LIBRARY = "librocprof-sys-user.so"

@@ -14,7 +14,7 @@ import os
 import re
 from typing import List, Tuple
 
-from verlprof.plan.model import ProcessPlan
+from verlprof.plan_model import ProcessPlan
 
 OUTPUT_PATH = "ROCPROFSYS_OUTPUT_PATH"
 OUTPUT_PREFIX = "ROCPROFSYS_OUTPUT_PREFIX"

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
-from verlprof.plan.model import ProcessPlan, Window
+from verlprof.plan_model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
 

@@ -29,7 +29,7 @@ from verlprof.bridges.verl.driver_side import (
     patch_worker_groups,
     set_active_bridge,
 )
-from verlprof.bridges.verl.engine_route import EngineTraces
+from verlprof.bridges.verl.engine_traces import EngineTraces
 from verlprof.bridges.verl.messages import nothing_profiled
 from verlprof.bridges.verl.served import patch_replicas
 from verlprof.bridges.verl.trainer import patch_trainers
@@ -86,8 +86,7 @@ class Bridge:
     def _replan(self, built: BuiltGroup, name: str, predicted: bool) -> ProfilePlan:
         """verl built ``built`` as plan group ``name``, which the plan predicted other
         (``predicted``) or not at all: plan again on the pools verl built, say what differs."""
-        before = next((g for g in self.plan.groups if g.name == name), None) \
-            if predicted else None
+        before = self.plan.group(name) if predicted else None
         size = built.world_size or (before.world_size if before is not None else 1)
         observed = GroupTopology(name=name, roles=built.roles, world_size=size)
         said = (f"verl built {name} with roles {'/'.join(built.roles)} on {size} rank(s)"
@@ -117,7 +116,8 @@ class Bridge:
         """The servers of verl's replica ``replica_rank`` are up, one per node: ranks
         ``replica_rank * servers_per_replica + node`` of ``group``, which registers once every
         replica the plan expects is (verl launches them together)."""
-        planned = next(g for g in self.plan.groups if g.name == group)
+        planned = self.plan.group(group)
+        assert planned is not None, group  # registered groups are the plan's
         per = planned.servers_per_replica
         expected = planned.world_size // per
         if replica_rank >= expected or len(servers) != per:
@@ -169,7 +169,7 @@ class Bridge:
                     warnings=self.manifest.warnings + tuple(self.engines.problems))
                 for problem in self.engines.problems:
                     logger.warning("verlprof: %s", problem)
-                self.manifest = self.controller._write(self.manifest)  # as the run owns it
+                self.manifest = self.controller.context.write(self.manifest)  # as the run owns it
             why = nothing_profiled(self.manifest, [f"{p.group} rank {p.rank}"  # armed,
                                                    for p in self.plan.processes if p.windows])
             if why is not None:  # the launcher exits 3 with it; a custom driver sees it here

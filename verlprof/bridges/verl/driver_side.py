@@ -22,7 +22,7 @@ from verlprof.bridges.verl.env import ENABLE_ENV, EXTERNAL_MODULES_ENV, PLUGIN_M
 from verlprof.bridges.verl.patching import wrap_once
 from verlprof.bridges.verl.roles import fused_keys, roles_of_keys
 from verlprof.bridges.verl.worker_side import remote_call
-from verlprof.runtime.launch import worker_runtime_env
+from verlprof.runtime.ray_options import worker_runtime_env
 
 logger = logging.getLogger("verlprof")
 

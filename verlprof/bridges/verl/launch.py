@@ -32,8 +32,8 @@ from verlprof.errors import ConfigError
 from verlprof.manifest import read_manifest
 from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
-from verlprof.runtime.launch import controller_options
 from verlprof.runtime.ownership import claim_output
+from verlprof.runtime.ray_options import controller_options
 
 STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""

@@ -34,7 +34,7 @@ import contextvars
 from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridged_options
-from verlprof.bridges.verl.engine_route import node_of_actor
+from verlprof.bridges.verl.engine_traces import node_of_actor
 from verlprof.bridges.verl.patching import wrap_once
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.rank_rpc import describe_error
@@ -56,7 +56,8 @@ class ServerLauncher:
 
     def __init__(self, plan: Any, group: Optional[str], replica_rank: int):
         self.plan, self.group = plan, group
-        self.servers = next((g.servers_per_replica for g in plan.groups if g.name == group), 1)
+        planned = plan.group(group) if group else None
+        self.servers = planned.servers_per_replica if planned else 1
         self.first_rank = replica_rank * self.servers
         self.launched = 0
 

@@ -2,7 +2,7 @@
 
 At each step boundary the controller takes the requests waiting at the desk
 (:mod:`verlprof.runtime.request_desk`) without waiting, decides each in order
-(:func:`verlprof.plan.on_demand.plan_request`: two users at once are served one after the
+(:func:`verlprof.plan.request_plan.plan_request`: two users at once are served one after the
 other), hands each asked rank its extended plan (``verlprof_extend``) and opens the windows as
 their steps begin. A window whose tool writes its report when it closes (torch) is gathered
 right after its last step and the manifest is rewritten (``running: true``), so an asker's
@@ -18,18 +18,16 @@ import os
 import secrets
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from verlprof import paths
 from verlprof.manifest import ReportEntry
-from verlprof.plan.on_demand import HOUR_S, extended, plan_request
+from verlprof.plan.request_plan import HOUR_S, plan_request, with_processes
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress, Target, WorkerReport
 from verlprof.runtime.collect import move_all
 from verlprof.runtime.request_desk import Channel, Desk, LocalChannel, open_desk
+from verlprof.runtime.run_context import RunContext
 from verlprof.worker.identity import node_id
-
-if TYPE_CHECKING:
-    from verlprof.runtime.controller import ProfileController
 
 
 class NoRequests:
@@ -53,12 +51,13 @@ class OnDemand:
     """The controller's side: decides requests at step boundaries and runs their windows.
 
     A collaborator of :class:`~verlprof.runtime.controller.ProfileController` (split out so
-    that the controller stays one concept): it extends the controller's plan, RPC layer and
-    identities with the processes it adds, so finalize gathers their reports like planned ones.
+    that the controller stays one concept): it extends the run's plan, RPC layer and
+    identities (:class:`~verlprof.runtime.run_context.RunContext`) with the processes it adds,
+    so finalize gathers their reports like planned ones.
     """
 
-    def __init__(self, controller: ProfileController, channel: Channel):
-        self.controller = controller
+    def __init__(self, run: RunContext, channel: Channel):
+        self.context = run
         self.channel = channel
         self.added: List[Target] = []
         self.gathered: List[ReportEntry] = []
@@ -81,7 +80,7 @@ class OnDemand:
         try:
             requests = self.channel.poll()
         except Exception as err:  # the desk died: the job goes on without it
-            self.controller.note(f"on-demand requests: the desk stopped answering: {err}")
+            self.context.note(f"on-demand requests: the desk stopped answering: {err}")
             self.channel, requests = LocalChannel(Desk(secrets.token_hex(8))), []
         if requests:
             self.channel.decide([self._decide(r, step) for r in requests])
@@ -112,20 +111,20 @@ class OnDemand:
                        "could take the request") for r in left])
             self._progress()
         except Exception as err:
-            self.controller.note(f"on-demand requests: the desk could not be closed: {err}")
+            self.context.note(f"on-demand requests: the desk could not be closed: {err}")
         for name in (paths.TOKEN_NAME, paths.ON_DEMAND_NAME):
             with contextlib.suppress(OSError):
-                os.remove(os.path.join(self.controller.plan.output_dir, name))
+                os.remove(os.path.join(self.context.plan.output_dir, name))
 
     # -- inside a step boundary -----------------------------------------------------------
     def _decide(self, request: CaptureRequest, step: int) -> CaptureDecision:
         now = time.time()
         self._hour = [(t, n) for t, n in self._hour if now - t < HOUR_S]
-        controller = self.controller
-        result = plan_request(controller.plan, request, step, [n for _, n in self._hour], now)
+        run = self.context
+        result = plan_request(run.plan, request, step, [n for _, n in self._hour], now)
         if isinstance(result, str):
             return _refused(request, result, step)
-        rpc = controller._rpc
+        rpc = run.rpc
         for process in result.processes:
             target = (process.group, process.rank)
             if target in rpc.failed:
@@ -136,25 +135,25 @@ class OnDemand:
         plans = {(p.group, p.rank): p for p in result.processes}
         statuses, errors = rpc.call("verlprof_extend", list(plans), lambda t: (plans[t],))
         if errors:
-            controller._on_errors(errors, False)
+            run.on_errors(errors, False)
             (group, rank), why = errors[0]
             return _refused(request, f"{group} rank {rank} could not take the windows: {why}",
                             step)
         for target, status in statuses.items():
-            controller._identity[target] = status.identity
-            if target not in controller._targets and target not in self.added:
+            run.identity[target] = status.identity
+            if target not in run.registered and target not in self.added:
                 self.added.append(target)
-        where = {(p.group, p.rank, w.report.path): controller._identity.get((p.group, p.rank))
+        where = {(p.group, p.rank, w.report.path): run.identity.get((p.group, p.rank))
                  for p in result.processes for w in p.windows}
         decision = dataclasses.replace(result.decision, reports=tuple(
             paths.resolve_relpath(path, who.host, who.pid) if who and who.pid else path
             for (_, _, path), who in where.items() if path in result.decision.reports))
-        controller.plan = extended(controller.plan, result.processes)
+        run.plan = with_processes(run.plan, result.processes)
         for s in result.steps:
             self._scheduled.setdefault(s, []).extend(result.decision.targets)
         self._hour.append((now, len(decision.reports)))
         self._accepted += 1
-        controller.note(f"on demand: {request.requested_by or 'unknown'} asked for steps "
+        run.note(f"on demand: {request.requested_by or 'unknown'} asked for steps "
                         f"{_steps(result.steps)} on "
                         f"{', '.join(f'{g} rank {r}' for g, r in result.decision.targets)} "
                         f"({result.decision.tool}); accepted at step {step}")
@@ -163,36 +162,33 @@ class OnDemand:
     def _call(self, method: str, windows: Dict[Target, Tuple[int, ...]]) -> None:
         """``method`` on each target with its window's steps (never a bare start or stop:
         a rank's planned windows follow their own order)."""
-        live = [t for t in windows if t not in self.controller._rpc.failed]
+        live = [t for t in windows if t not in self.context.rpc.failed]
         if method == "verlprof_stop":
             for target in windows:
                 self._open.pop(target, None)
         if not live:
             return
-        _, errors = self.controller._rpc.call(method, live, lambda t: (windows[t],))
-        self.controller._on_errors(errors, False)  # a request never stops the job
+        _, errors = self.context.rpc.call(method, live, lambda t: (windows[t],))
+        self.context.on_errors(errors, False)  # a request never stops the job
 
     def _gather(self, ended: Dict[Target, Tuple[int, ...]]) -> None:
         """Bring the reports of the windows that just ended into the output directory now,
         where their tool wrote them at close, and rewrite the manifest (``running``): the asker
         sees them without waiting for the job's end. finalize adds them to the last one."""
-        controller = self.controller
-        live = [t for t in ended if t not in controller._rpc.failed]
+        run = self.context
+        live = [t for t in ended if t not in run.rpc.failed]
         if not live:
             return
-        replies, errors = controller._rpc.call("verlprof_hand_over", live,
-                                               lambda t: (ended[t],))
-        controller._on_errors(errors, False)
+        replies, errors = run.rpc.call("verlprof_hand_over", live, lambda t: (ended[t],))
+        run.on_errors(errors, False)
         items: List[WorkerReport] = [item for t in live for item in replies.get(t, [])]
         if not items:
             return
-        self.gathered += move_all(items, controller._rpc.actors, controller.plan.output_dir,
-                                  node_id())
+        self.gathered += move_all(items, run.rpc.actors, run.plan.output_dir, node_id())
         try:
-            controller._write(dataclasses.replace(controller._manifest(list(self.gathered)),
-                                                  running=True))
+            run.write(run.manifest(list(self.gathered), running=True))
         except Exception as err:  # the reports are in place; the job goes on
-            controller.note(f"on demand: the manifest could not be rewritten: {err}")
+            run.note(f"on demand: the manifest could not be rewritten: {err}")
 
     def _progress(self) -> None:
         with contextlib.suppress(Exception):
@@ -203,16 +199,16 @@ class OnDemand:
                 reports=self._closed_reports, ended=self._ended))
 
 
-def serve_requests(controller: ProfileController,
+def serve_requests(run: RunContext,
                    channel: Optional[Channel] = None) -> Union[OnDemand, NoRequests]:
     """The controller's on-demand side: a no-op unless ``trainer.profiler.on_demand.enabled``;
     ``channel`` (tests) replaces the Ray desk."""
-    plan = controller.plan
+    plan = run.plan
     if not plan.on_demand.enabled:
         return NoRequests()
     if channel is None:
-        channel = open_desk(plan.output_dir, controller.run.run_id)
-    return OnDemand(controller, channel)
+        channel = open_desk(plan.output_dir, run.run.run_id)
+    return OnDemand(run, channel)
 
 
 def _refused(request: CaptureRequest, reason: str, step: int) -> CaptureDecision:

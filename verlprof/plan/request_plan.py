@@ -5,7 +5,7 @@ names, the step spec) as soon as it arrives, so a malformed or hostile request i
 one line before it reaches the job. :func:`plan_request` decides it at a step boundary against
 the plan as it stands (steps in the future only, ranks that exist, one capture per rank and
 step, the caps of ``trainer.profiler.on_demand``) and returns the plan's additions: the
-:class:`~verlprof.plan.model.ProcessPlan` of each asked rank with its new windows, built by
+:class:`~verlprof.plan_model.ProcessPlan` of each asked rank with its new windows, built by
 the same functions that build a planned one. The controller only executes them.
 """
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from verlprof import paths
-from verlprof.backends import get_backend
 from verlprof.config.schema import TOOLS
-from verlprof.plan.build import _process_windows, capture_options
-from verlprof.plan.model import ProcessPlan, ProfilePlan
+from verlprof.plan.build import capture_options, process_windows
+from verlprof.plan.tool_launch import worker_launch
+from verlprof.plan_model import ProcessPlan, ProfilePlan
 from verlprof.records import CaptureDecision, CaptureRequest, Mode, Target
 
 MAX_TEXT = 200
@@ -43,7 +43,7 @@ class Accepted:
     steps: Tuple[int, ...]
 
 
-def screen(request: Any, token: str) -> str:
+def request_problem(request: Any, token: str) -> str:
     """"" when ``request`` is a well-formed :class:`CaptureRequest` carrying ``token``, else
     one line saying why not (never the token itself, never the raw text of a field)."""
     if not isinstance(request, CaptureRequest):
@@ -107,8 +107,7 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
     if len(steps) > caps.max_steps_per_request:
         return (f"steps: {len(steps)} steps asked, at most {caps.max_steps_per_request} per "
                 "request (trainer.profiler.on_demand.max_steps_per_request)")
-    group = next((g for g in plan.groups if g.name == (request.group or plan.groups[0].name)),
-                 None) if plan.groups else None
+    group = plan.group(request.group or plan.groups[0].name) if plan.groups else None
     if group is None:
         return (f"group: {request.group!r} is not a worker group of this job "
                 f"({', '.join(g.name for g in plan.groups)})")
@@ -134,17 +133,15 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
             return problem
         roles = before.selected_roles if before else group.roles
         windows = tuple(dataclasses.replace(w, report=dataclasses.replace(
-        w.report, requested_by=by, requested_at=now))
-                        for w in _process_windows(config, group, rank, roles, mode,
-                                                  tuple((s,) for s in steps)))
+            w.report, requested_by=by, requested_at=now))
+            for w in process_windows(config, group, rank, roles, mode, tuple((s,) for s in steps)))
         if not windows:
             return (f"--discrete: no annotated phase of {', '.join(roles)} opens a window "
                     "(trainer.profiler.phases)")
         if before is not None:
             processes.append(dataclasses.replace(before, windows=before.windows + windows))
             continue
-        launch = get_backend(tool).worker_launch(config, inputs.topology, group, rank,
-                                                        len(windows), [])
+        launch = worker_launch(config, inputs.topology, group, rank, len(windows), [])
         processes.append(ProcessPlan(
             group=group.name, rank=rank, roles=group.roles, selected_roles=roles, mode=mode,
             backend=tool, windows=windows, raw_dir=paths.raw_dir(
@@ -215,7 +212,7 @@ def _over_caps(plan: ProfilePlan, reports: int, accepted_in_hour: Sequence[int])
     return ""
 
 
-def extended(plan: ProfilePlan, processes: Sequence[ProcessPlan]) -> ProfilePlan:
+def with_processes(plan: ProfilePlan, processes: Sequence[ProcessPlan]) -> ProfilePlan:
     """``plan`` with ``processes`` in place of their earlier plans, new ones at the end."""
     by_target = {(p.group, p.rank): p for p in processes}
     kept = tuple(by_target.pop((p.group, p.rank), p) for p in plan.processes)

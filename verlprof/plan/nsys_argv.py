@@ -10,23 +10,17 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from verlprof.backends.nsys.nvtx import CAPTURE_RANGE, NVTX_DOMAIN
 from verlprof.config.options import canonical_key, pop_option, render_options
 from verlprof.config.schema import NsysConfig
 from verlprof.errors import ConfigError
-from verlprof.records import Trigger
+from verlprof.plan_model import OPEN_ENDED
+from verlprof.records import CAPTURE_RANGE, NVTX_DOMAIN, Trigger
 
 PLAN_OWNED = ("output", "capture-range-end", "force-overwrite", "nvtx-capture")
 """nsys options verlprof always sets itself, whatever the user wrote."""
 
-OPEN_ENDED = "--capture-range-end=repeat"
-"""An armed rank's window count: as many as requests open (no ``:N``)."""
-
 CPU_SAFE_DEFAULTS = {"sample": "none", "cpuctxsw": "none"}
 """Without a GPU, sampling and context-switch tracing hang nsys about one run in three."""
-
-NSYS_NVTX_ENV = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
-"""Lets the capture range name match an unregistered NVTX string (else: no report, exit 0)."""
 
 _CAPTURE_RANGE_TRIGGERS: Dict[str, Trigger] = {"cudaprofilerapi": "cuda", "nvtx": "nvtx"}
 

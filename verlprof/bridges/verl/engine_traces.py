@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from verlprof import paths
 from verlprof.manifest import ReportEntry
-from verlprof.plan.model import EngineRoute
+from verlprof.plan_model import EngineRoute
 from verlprof.runtime.collect import fetch_from_node
 from verlprof.runtime.teardown import discard, on_node
 from verlprof.worker.identity import node_id as this_node_id

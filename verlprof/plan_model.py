@@ -26,6 +26,26 @@ from verlprof.records import (
     VerlRelease,
 )
 
+
+@dataclass(frozen=True)
+class Launch:
+    """How one process is started under the profiler (all empty: not wrapped)."""
+
+    argv: Tuple[str, ...] = ()
+    """Command prefix placed before the interpreter."""
+    env: Dict[str, str] = field(default_factory=dict)
+    """Environment the wrapped process needs."""
+    capture_options: Dict[str, Any] = field(default_factory=dict)
+    """Settings the in-process capture applies to each window."""
+
+
+OPEN_ENDED = "--capture-range-end=repeat"
+"""An armed nsys rank's window count: as many as requests open (no ``:N``). The plan writes
+it into the launch argv; the capture reads it back from there."""
+
+NSYS_NVTX_ENV = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+"""Lets the capture range name match an unregistered NVTX string (else: no report, exit 0)."""
+
 ROLE_PHASES: Dict[str, Tuple[str, ...]] = {
     "rollout": ("generate_sequences",),
     "actor": ("compute_log_prob", "update_actor"),
@@ -248,7 +268,7 @@ class ProfilePlan:
     (``trainer.profiler.enabled is false``); empty while profiling is on."""
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
     """Capture requests while the job runs (``enabled``) and their caps
-    (:mod:`verlprof.plan.on_demand` plans each one)."""
+    (:mod:`verlprof.plan.request_plan` plans each one)."""
     built_from: Optional[PlanInputs] = field(default=None, compare=False)
     """What ``build_plan`` was given: the same plan for another output directory is built
     from it (:func:`verlprof.runtime.ownership.retarget`). Not compared: two configs that
@@ -258,6 +278,10 @@ class ProfilePlan:
     def steps(self) -> Tuple[int, ...]:
         """Every profiled step."""
         return tuple(s for window in self.step_windows for s in window)
+
+    def group(self, name: str) -> Optional[GroupTopology]:
+        """The worker group called ``name``, or None when the plan has none."""
+        return next((g for g in self.groups if g.name == name), None)
 
     def process(self, group: str, rank: int) -> Optional[ProcessPlan]:
         """The plan of (group, rank), or None when that process is not profiled."""

@@ -12,7 +12,7 @@ import shlex
 import sys
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from verlprof.plan.model import ProfilePlan
+from verlprof.plan_model import ProfilePlan
 
 
 def wrapped_executable(argv: Sequence[str], python: Optional[str] = None) -> str:
