@@ -50,7 +50,7 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, on_demand, ownership
+from verlprof.runtime import finish_hook, on_demand, ownership, summarise
 from verlprof.runtime.clock_sync import ClockSync
 from verlprof.runtime.collect import (
     collect_at_exit,
@@ -136,6 +136,7 @@ class ProfileController:
         if unwrapped is not None:
             self._warnings.append(unwrapped)
         self._on_demand = on_demand.serve_requests(self, requests)  # off: a no-op object
+        self._summaries = summarise.NodeSummaries(self)  # trainer.profiler.summarise
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -323,7 +324,7 @@ class ProfileController:
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)
-            manifest = self._write(self._manifest(entries))
+            manifest = self._summaries.finish(self._write(self._manifest(entries)), bool(cut))
             if self.plan.finish_hook is not None:
                 manifest = finish_hook.into_manifest(self.plan.finish_hook, manifest, self.plan,
                                                      self._identity, self.echo, self._write)

@@ -186,8 +186,9 @@ class OnDemand:
         items: List[WorkerReport] = [item for t in live for item in replies.get(t, [])]
         if not items:
             return
-        self.gathered += move_all(items, controller._rpc.actors, controller.plan.output_dir,
-                                  node_id())
+        placed = move_all(items, controller._rpc.actors, controller.plan.output_dir, node_id())
+        self.gathered += placed
+        controller._summaries.window(placed)  # per_window: made on their nodes meanwhile
         try:
             controller._write(dataclasses.replace(controller._manifest(list(self.gathered)),
                                                   running=True))
