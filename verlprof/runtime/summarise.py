@@ -141,6 +141,9 @@ def summarise_on_nodes(manifest: Manifest, output_dir: str, *, timeout_s: float,
                                                         summary=result.summary)
         elif result.outcome == "unreadable":
             problems.append(f"summary of {entries[result.index].path}: {result.reason}")
+        else:
+            problems.append(f"summary of {entries[result.index].path}: neither its node nor "
+                            f"this one sees it at {entries[result.index].bytes} bytes")
     left = len(jobs) - len(results)
     if left:
         problems.append(f"{left} report(s) not summarised within {timeout_s:g}s on their "
