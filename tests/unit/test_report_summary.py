@@ -99,7 +99,7 @@ def test_the_fingerprint_hashes_both_ends_and_the_size(tmp_path):
     path.write_bytes(bytes(body))
     first = fingerprint(str(path))
     stamp = os.stat(path).st_mtime_ns
-    body[-1] ^= 1  # the last byte: inside the last MiB
+    body[-1] ^= 1  # the last byte: inside the last edge
     path.write_bytes(bytes(body))
     os.utime(path, ns=(stamp, stamp))
     assert fingerprint(str(path)).edges_sha256 != first.edges_sha256

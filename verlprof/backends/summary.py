@@ -10,7 +10,7 @@ The next reader takes the summary instead of reading the report again.
 
 A summary is used only for the report it was made from: same format, backend, file name and
 window start (a torch trace without absolute times is placed there), and the same
-:class:`Fingerprint` (size, modification time and a hash of the first and last MiB). Anything
+:class:`Fingerprint` (size, modification time and a hash of its first and last 64 KiB). Anything
 else (changed, replaced, copied without its times, a summary of another report, a newer format,
 a file that is not a summary) makes it stale, and the report is read again: a summary never
 hides a report it does not match. An unreadable report gets no summary (its error may pass, as
@@ -36,8 +36,11 @@ SUMMARY_FORMAT = 1
 """Bumped whenever a reader's output changes meaning: a summary of another format is stale."""
 SUMMARY_SUFFIX = ".verlprof-summary.json"
 """A report's summary is ``<report path><SUMMARY_SUFFIX>``."""
-EDGE_BYTES = 1 << 20
-"""Bytes hashed at each end of a report for its fingerprint (a cheap hash: never the whole)."""
+EDGE_BYTES = 64 << 10
+"""Bytes hashed at each end of a report for its fingerprint: never the whole report. With the
+size and the modification time, 64 KiB at each end tell a replaced report in under a
+millisecond (SHA-256 of 128 KiB: 0.6 ms on this 2-core machine; 1 MiB at each end: 11 ms, most
+of what a second ``verlprof report`` of 64 reports spent)."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ class Fingerprint:
     mtime_ns: int
     """Its modification time."""
     edges_sha256: str
-    """SHA-256 of its first and last :data:`EDGE_BYTES` (all of it when smaller)."""
+    """SHA-256 of its size and its first and last :data:`EDGE_BYTES` (all of it when
+    smaller)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,8 @@ def fingerprint(report: str) -> Fingerprint:
         if st.st_size > EDGE_BYTES:
             handle.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
             digest.update(handle.read(EDGE_BYTES))
-    return Fingerprint(bytes=st.st_size, mtime_ns=st.st_mtime_ns, edges_sha256=digest.hexdigest())
+    return Fingerprint(bytes=st.st_size, mtime_ns=st.st_mtime_ns,
+                       edges_sha256=digest.hexdigest())
 
 
 def load_summary(report: str, backend: str, window_start_ns: Optional[int]
