@@ -105,11 +105,19 @@ def test_summaries_made_on_the_nodes_equal_the_head_only_path(three_nodes, nsys_
     target, source = (manifest.reports[i] for i in step2[:2])
     shutil.copyfile(os.path.join(out, source.path), os.path.join(out, target.path))
     assert _summary(out, target) is None
+    # (and one entry whose size no node sees: asked of its node, then of this one, named)
+    odd = next(e for i, e in enumerate(summed.reports) if e.node_id != three_nodes[0]
+               and i in readable and i != truncated and e.path != target.path)
     summed = dataclasses.replace(summed, reports=tuple(  # the size a collection would record
         dataclasses.replace(e, bytes=os.path.getsize(os.path.join(out, e.path)))
-        if e.path == target.path else e for e in summed.reports))
-    _, results, _ = summarise_on_nodes(summed, out, timeout_s=300, local_node=three_nodes[0])
-    outcomes = {manifest.reports[r.index].path: r.outcome for r in results}
-    assert outcomes.pop(target.path) == "made"
-    assert set(outcomes.values()) == {"current", "unreadable"}
+        if e.path == target.path else dataclasses.replace(e, bytes=e.bytes + 1)
+        if e.path == odd.path else e for e in summed.reports))
+    _, results, problems = summarise_on_nodes(summed, out, timeout_s=300,
+                                              local_node=three_nodes[0])
+    outcomes = {manifest.reports[r.index].path: r for r in results}
+    assert outcomes.pop(target.path).outcome == "made"
+    assert (outcomes[odd.path].outcome, outcomes.pop(odd.path).node_id) == \
+        ("not_here", three_nodes[0])
+    assert {r.outcome for r in outcomes.values()} == {"current", "unreadable"}
+    assert any(odd.path in line and "neither its node" in line for line in problems)
     assert _values(_summary(out, target)) == _values(head_only[step2[1]])

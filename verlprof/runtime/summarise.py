@@ -243,9 +243,11 @@ class NodeSummaries:
         for line in problems:
             logger.warning("verlprof: %s", line)
         nodes = {r.node_id for r in results if r.summary is not None}
-        logger.info("verlprof: %d report summaries on %d node(s) in %.1f s",
-                    sum(r.summary is not None for r in results), len(nodes),
-                    time.monotonic() - began)
+        line = (f"verlprof: {sum(r.summary is not None for r in results)} report summaries on "
+                f"{len(nodes)} node(s) in {time.monotonic() - began:.1f} s")
+        logger.info(line)
+        if self.controller.echo:
+            print(line, flush=True)
         if summed == manifest:
             return manifest
         try:
