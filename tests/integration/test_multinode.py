@@ -40,6 +40,7 @@ def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
         "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
         "actor_rollout_ref.actor.profile_ranks=[0]", "actor_rollout_ref.rollout.profile_ranks=[]",
         "critic.profile_ranks_all=true", "reward_model.profile_ranks=[]",
+        "trainer.profiler.summarise=at_end",  # the default, which run_case turns off
         "+demo.controller_resources={head_node: 1}",
         "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, critic: {second_node: 1},"
         " rm: {head_node: 1}}"])
