@@ -32,6 +32,7 @@ def two_nodes(tmp_path_factory):
     cluster.shutdown()
 
 
+@pytest.mark.timeout(420)  # 300 s default; finalize also summarises 8 reports (22 s at load 25)
 def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
     import ray
 
