@@ -83,9 +83,11 @@ def subset(output_dir: str, target: str, step: int = 1) -> List[str]:
 
 
 def clean(output_dir: str) -> None:
-    """Forget every cached export and the summary: each round starts cold."""
-    for path in glob.glob(os.path.join(output_dir, "**", "*.sqlite"), recursive=True):
-        os.remove(path)
+    """Forget every cached export, each report's summary and the summary: each round starts
+    cold."""
+    for pattern in ("*.sqlite", "*.verlprof-summary.json"):
+        for path in glob.glob(os.path.join(output_dir, "**", pattern), recursive=True):
+            os.remove(path)
     shutil.rmtree(os.path.join(output_dir, "summary"), ignore_errors=True)
 
 

@@ -80,6 +80,11 @@ class ReportEntry:
     origin: Optional[str] = None
     """``verl``: written by verl's own route (its rollout engines' profiler), gathered by
     verlprof; None: written by verlprof."""
+    summary: Optional[str] = None
+    """Its summary, relative to output_dir (beside the report, ``verlprof/backends/summary.py``),
+    made by the run on the node that held the report; ``verlprof report`` reads it instead of the
+    report while it matches the report. None: none made by the run (manifests before this
+    field too); ``verlprof report`` makes one when it reads the report."""
 
     @property
     def identity(self) -> ReportIdentity:

@@ -21,6 +21,7 @@ from verlprof.records import (
     OnRankFailure,
     ReportIdentity,
     StepWindow,
+    Summarise,
     Target,
     Tool,
     VerlRelease,
@@ -79,6 +80,8 @@ class RunPolicy:
     """Seconds each rank may take to finish writing its reports at the end."""
     existing_run: ExistingRun = ProfilingConfig.existing_run
     """What a run does when output_dir already holds another run (runtime/ownership.py)."""
+    summarise: Summarise = ProfilingConfig.summarise
+    """When reports are summarised on their nodes (runtime/summarise.py)."""
 
 
 @dataclass(frozen=True)

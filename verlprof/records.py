@@ -22,6 +22,8 @@ OnRankFailure = Literal["continue", "raise"]
 """What the controller does when a rank fails or dies."""
 ExistingRun = Literal["move_aside", "new_subdir", "refuse", "reuse"]
 """What a run does when its output directory already holds another run's manifest or reports."""
+Summarise = Literal["at_end", "per_window", "off"]
+"""When a run summarises reports on the nodes that hold them (``trainer.profiler.summarise``)."""
 Transfer = Literal["rename", "ray", "direct"]
 """How a report reached output_dir."""
 StartReply = Literal["started", "already-started", "not-planned", "finalized", "not-configured"]
@@ -71,6 +73,8 @@ ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = get_args(OnRankFailure)
 """The valid ``on_rank_failure`` values, read from the Literal so they are written once."""
 EXISTING_RUN: Tuple[ExistingRun, ...] = get_args(ExistingRun)
 """The valid ``existing_run`` values."""
+SUMMARISE: Tuple[Summarise, ...] = get_args(Summarise)
+"""The valid ``summarise`` values."""
 
 StepWindow = Tuple[int, ...]
 """Training steps one window covers: one step, or a consecutive run when continuous."""

@@ -181,11 +181,14 @@ def connect(address: str) -> None:
 
 
 def plan_and_run(output_dir: str, overrides: Sequence[str], *, address: Optional[str] = None):
-    """Plan and run the demo trainer through :func:`verlprof.demo.run.run_trainer` (counted)."""
+    """Plan and run the demo trainer through :func:`verlprof.demo.run.run_trainer` (counted);
+    its reports are not summarised in finalize unless ``overrides`` say so (see
+    tests/integration/runtime_helpers.py, :func:`run_case`)."""
+    from tests.integration.runtime_helpers import without_summaries
     from verlprof.demo.run import plan_demo, run_trainer
 
     loaded, plan, _ = plan_demo(CONFIG, [f"trainer.profiler.output_dir={output_dir}",
-                                         *overrides])
+                                         *without_summaries(overrides)])
     COUNTS["demo_runs"] += 1
     return plan, run_trainer(loaded, plan, ray_address=address)
 

@@ -23,10 +23,23 @@ PHASES_OF_GROUP = {
 
 
 def run_case(output_dir: str, overrides: Sequence[str]) -> Tuple[ProfilePlan, dict]:
-    """Plan and run the demo trainer (Ray must already be initialised)."""
+    """Plan and run the demo trainer (Ray must already be initialised). Its reports are not
+    summarised in finalize unless ``overrides`` name ``trainer.profiler.summarise``: these tests
+    do not read them, and the exports would be most of a run's time here
+    (tests/integration/test_multinode.py runs the default, ``at_end``)."""
     loaded, plan, _ = plan_demo(CONFIG, [f"trainer.profiler.output_dir={output_dir}",
-                                         *overrides])
+                                         *without_summaries(overrides)])
     return plan, run_trainer(loaded, plan)
+
+
+SUMMARISE_KEY = "trainer.profiler.summarise"
+
+
+def without_summaries(overrides: Sequence[str]) -> List[str]:
+    """``overrides`` with ``trainer.profiler.summarise=off`` unless they set it."""
+    if any(o.lstrip("+").startswith(SUMMARISE_KEY + "=") for o in overrides):
+        return list(overrides)
+    return [*overrides, SUMMARISE_KEY + "=off"]
 
 
 def files_on_disk(output_dir: str) -> List[str]:

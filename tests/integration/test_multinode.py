@@ -5,12 +5,14 @@ logical GPU, so verl's replica lands there, the bridge's driver on the head node
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import files_on_disk, nvtx_names, planned_files, run_case
+from verlprof.backends.summary import SUMMARY_SUFFIX
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +32,7 @@ def two_nodes(tmp_path_factory):
     cluster.shutdown()
 
 
+@pytest.mark.timeout(420)  # 300 s default; finalize also summarises 8 reports (22 s at load 25)
 def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
     import ray
 
@@ -38,6 +41,7 @@ def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
         "trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
         "actor_rollout_ref.actor.profile_ranks=[0]", "actor_rollout_ref.rollout.profile_ranks=[]",
         "critic.profile_ranks_all=true", "reward_model.profile_ranks=[]",
+        "trainer.profiler.summarise=at_end",  # the default, which run_case turns off
         "+demo.controller_resources={head_node: 1}",
         "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, critic: {second_node: 1},"
         " rm: {head_node: 1}}"])
@@ -59,6 +63,12 @@ def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
         if report["group"] == "critic":
             assert nvtx_names(os.path.join(out, report["path"])) == {
                 "critic/compute_values": 1, "critic/update_critic": 1}
+    # summarised in finalize (summarise: at_end) by a task on the node that wrote each report
+    # (this machine's nodes share its disk: the second node sees output_dir)
+    for report in manifest["reports"]:
+        assert report["summary"] == report["path"] + SUMMARY_SUFFIX
+        with open(os.path.join(out, report["summary"])) as handle:
+            assert json.load(handle)["node_id"] == (report["node_id"] or head)
     # the second node's staging copies are gone once the controller holds the reports
     for rank in (0, 1):
         staging = os.path.join(out, ".raw", "critic", f"rank{rank}")

@@ -78,7 +78,8 @@ def test_no_window_opens_once_output_dir_cannot_be_written_and_training_goes_on(
     shutil.rmtree(out)  # the directory turns unwritable (here: gone) during the run
     out.write_text("")  # a file where the directory was: nothing can be created below it
     assert _steps(controller, [2, 3]) == [2, 3]
-    warnings = [w for w in controller.context.warnings if w.startswith("trainer.profiler.output_dir")]
+    warnings = [w for w in controller.context.warnings
+                if w.startswith("trainer.profiler.output_dir")]
     assert len(warnings) == 1 and "no more profiling windows open" in warnings[0]
     assert [m for m, _ in rpc.sent].count("verlprof_start") == 1  # step 1's window only
     out.unlink()

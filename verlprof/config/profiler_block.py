@@ -21,6 +21,7 @@ from verlprof.config.options import TIME_WINDOW_KEYS, canonical_key
 from verlprof.config.schema import (
     EXISTING_RUN,
     ON_RANK_FAILURE,
+    SUMMARISE,
     TOOLS,
     TRIGGERS,
     ProfilingConfig,
@@ -119,6 +120,8 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
                                  ON_RANK_FAILURE, default=cfg.on_rank_failure),
         existing_run=v.choice(block.get("existing_run"), f"{PREFIX}.existing_run",
                               EXISTING_RUN, default=cfg.existing_run),
+        summarise=v.choice(block.get("summarise"), f"{PREFIX}.summarise", SUMMARISE,
+                           default=cfg.summarise),
         window_delay_s=v.seconds_at_least_zero(block.get("window_delay_s"),
                                                f"{PREFIX}.window_delay_s",
                                                cfg.window_delay_s),

@@ -20,7 +20,15 @@ from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 from verlprof.config.engine import EngineTorchConfig
 from verlprof.records import EXISTING_RUN as EXISTING_RUN  # re-exported: a config choice
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
-from verlprof.records import ExistingRun, OnRankFailure, Tool, Trigger, VerlRelease
+from verlprof.records import SUMMARISE as SUMMARISE  # re-exported: a config choice
+from verlprof.records import (
+    ExistingRun,
+    OnRankFailure,
+    Summarise,
+    Tool,
+    Trigger,
+    VerlRelease,
+)
 
 OptionValue = Union[str, int, float, bool, None]
 
@@ -287,6 +295,14 @@ class ProfilingConfig:
     manifest is replaced, its reports stay on disk unlisted). A run still going there is never
     moved or shared: ``move_aside`` and ``new_subdir`` take a subdirectory, ``refuse`` and
     ``reuse`` stop."""
+
+    summarise: Summarise = "at_end"
+    """When each report's summary (what ``verlprof report`` reads out of it) is made on the Ray
+    node that holds the report, as a task there (one CPU, a few at once per node), so that only
+    the small summary travels and ``verlprof report`` reads it instead of the report:
+    ``at_end`` after the job (in finalize, on every node at once), ``per_window`` also while
+    the job runs, as each window's reports reach the output directory, ``off`` never (then
+    ``verlprof report`` reads every report itself, and keeps a summary of each for next time)."""
 
     window_delay_s: float = 0.0
     """Seconds after its step starts (discrete: after its phase call starts) that each window

@@ -94,7 +94,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         policy=RunPolicy(on_rank_failure=config.on_rank_failure,
                          rpc_timeout_s=config.rpc_timeout_s,
                          finalize_timeout_s=config.finalize_timeout_s,
-                         existing_run=config.existing_run),
+                         existing_run=config.existing_run, summarise=config.summarise),
         finish_hook=hook, unprofiled=topology.unprofiled,
         on_demand=dataclasses.replace(config.on_demand, enabled=config.serves_requests),
         verl_release=config.verl_release, engine_route=_engine_route(config, topology),

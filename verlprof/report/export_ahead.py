@@ -17,6 +17,7 @@ import os
 from typing import Optional
 
 from verlprof import paths
+from verlprof.backends.summary import summary_path
 from verlprof.manifest import STATUS_INCOMPLETE, STATUS_OK, Manifest, read_manifest
 from verlprof.report.budget import budget_bytes, jobs_for, need
 from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S
@@ -40,8 +41,8 @@ def export_ahead(output_dir: str, jobs: Optional[int] = None,
             full = paths.inside(output_dir, entry.path)
         except ValueError:
             continue
-        if os.path.isfile(full):
-            wanted.append(full)
+        if os.path.isfile(full) and not _up_to_date(full, summary_path(full)):
+            wanted.append(full)  # a summary newer than the report: the reader checks it first
     if not wanted:  # nothing to export: spare the nsys CLI module's import
         return manifest
     from verlprof.backends.nsys.cli import export_ahead as start_export

@@ -1,10 +1,11 @@
 """Read every report of an output directory, in parallel, into step-assigned phase records.
 
 Reading is the expensive part (``nsys export`` runs once per report; its sqlite is cached next
-to the report), so reports are read ``jobs`` at a time, default one per core, never more than
-the memory budget allows (:mod:`verlprof.report.budget`; see :func:`read_reports`).
-A report that cannot be read becomes a :class:`Problem` of kind ``unreadable``; it never stops
-the others.
+to the report, and so is what came out of it: a summary beside the report, made here or on the
+report's Ray node, :mod:`verlprof.backends.summary`), so reports are read ``jobs`` at a time,
+default one per core, never more than the memory budget allows (:mod:`verlprof.report.budget`;
+see :func:`read_reports`). A report that cannot be read becomes a :class:`Problem` of kind
+``unreadable``; it never stops the others.
 
 Step assignment. A report covering one step gives that step to all its ranges. A report
 covering several steps (a continuous window) assigns each range, in order of preference, to:
@@ -25,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends import get_backend
+from verlprof.backends.summary import load_summary, read_summarised
 from verlprof.manifest import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
@@ -80,11 +82,12 @@ class ReadTask:
 
 
 def read_one(task: ReadTask) -> ReportData:
-    """Read one report (runs in a pool worker). Never raises."""
+    """Read one report (runs in a pool worker), from its summary when one matches it (and
+    its summary written when none did: :mod:`verlprof.backends.summary`). Never raises."""
     try:
-        return get_backend(task.backend).read(task.path, index=task.index,
-                                              window_start_ns=task.window_start_ns,
-                                              timeout_s=task.timeout_s)
+        return read_summarised(task.path, task.backend, index=task.index,
+                               window_start_ns=task.window_start_ns,
+                               timeout_s=task.timeout_s)[0]
     except Exception as err:  # noqa: BLE001 - a reader bug must not stop the other reports
         return ReportData(index=task.index, error=f"{type(err).__name__}: {err}")
 
@@ -99,21 +102,29 @@ def read_reports(tasks: Sequence[ReadTask], jobs: Optional[int] = None,
     4 GiB) nor more than there are tasks. nsys reports are read on threads, cached or not: their
     work is in ``nsys export`` children and in SQLite, which runs without the GIL, so threads
     use every core without a pool's start-up. Torch traces are parsed in Python: a process pool
-    when there are at least :data:`POOL_MIN_BYTES` of them. A trace that alone exceeds the
+    when there are at least :data:`POOL_MIN_BYTES` of them. A report whose summary matches it
+    is not read at all. A trace that alone exceeds the
     budget is refused (one line), the others still read. ``progress`` advances once per report.
     """
     if not tasks:
         return []
     progress = progress or Progress.disabled()
+    results: Dict[int, ReportData] = {}
+    for i, task in enumerate(tasks):  # summaries first: what they answer needs no reader
+        summary = load_summary(task.path, task.backend, task.window_start_ns)
+        if summary is not None:
+            results[i] = summary.data(task.index)
+            progress.advance(os.path.basename(task.path))
     limit = budget_bytes(memory_budget)
-    needs = {i: need(task.path, task.backend, limit) for i, task in enumerate(tasks)}
+    needs = {i: need(task.path, task.backend, limit) for i, task in enumerate(tasks)
+             if i not in results}
     refused = {i: ReportData(index=tasks[i].index, error=n.refusal)
                for i, n in needs.items() if n.refusal}
     todo = [i for i in needs if i not in refused]
     largest = max((needs[i].bytes for i in todo), default=1)
     jobs = jobs_for(largest, limit, len(todo), requested=jobs)
     readable = [tasks[i] for i in todo]
-    results: Dict[int, ReportData] = dict(refused)
+    results.update(refused)
     for i in refused:
         progress.advance(os.path.basename(tasks[i].path))
     if jobs > 1 and _bytes([t for t in readable if t.backend != "nsys"]) >= POOL_MIN_BYTES:

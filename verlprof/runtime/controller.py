@@ -50,7 +50,7 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, ownership, request_windows
+from verlprof.runtime import finish_hook, ownership, request_windows, summarise
 from verlprof.runtime.collect import collect_at_exit, move_all, unreachable_reports
 from verlprof.runtime.output_guard import OutputGuard
 from verlprof.runtime.preflight import preflight as check_before_start
@@ -132,6 +132,7 @@ class ProfileController:
         if unwrapped is not None:
             self.context.warnings.append(unwrapped)
         self._on_demand = request_windows.serve_requests(self.context, requests)  # off: no-op
+        self._summaries = summarise.NodeSummaries(self.context, echo=echo)
 
     @property
     def plan(self) -> ProfilePlan:
@@ -323,7 +324,8 @@ class ProfileController:
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)
-            manifest = self.context.write(self.context.manifest(entries))
+            manifest = self._summaries.finish(self.context.write(self.context.manifest(entries)),
+                                              bool(cut))
             if self.plan.finish_hook is not None:
                 manifest = finish_hook.into_manifest(self.plan.finish_hook, manifest, self.plan,
                                                      self.context.identity, self.echo,

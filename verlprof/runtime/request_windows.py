@@ -184,7 +184,9 @@ class OnDemand:
         items: List[WorkerReport] = [item for t in live for item in replies.get(t, [])]
         if not items:
             return
-        self.gathered += move_all(items, run.rpc.actors, run.plan.output_dir, node_id())
+        placed = move_all(items, run.rpc.actors, run.plan.output_dir, node_id())
+        self.gathered += placed
+        run.reports_placed(placed)  # per_window summaries: made on their nodes meanwhile
         try:
             run.write(run.manifest(list(self.gathered), running=True))
         except Exception as err:  # the reports are in place; the job goes on

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
@@ -47,6 +47,14 @@ class RunContext:
         self.clocks = ClockSync()  # each process's clock offset, for one aligned trace
         self.under_profiler = False
         """Whether this controller process runs under nsys (set by the controller)."""
+        self.placed_listeners: List[Callable[[Sequence[ReportEntry]], None]] = []
+        """Called with the entries of reports placed in output_dir while the job runs
+        (``trainer.profiler.summarise: per_window`` summarises them on their nodes)."""
+
+    def reports_placed(self, entries: Sequence[ReportEntry]) -> None:
+        """Tell the listeners that ``entries`` are in output_dir now (the job goes on)."""
+        for listener in self.placed_listeners:
+            listener(entries)
 
     def live(self, targets: List[Target]) -> List[Target]:
         """``targets`` less the dead ranks (the same list when none died: a step at 8,192
