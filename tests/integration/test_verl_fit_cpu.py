@@ -132,15 +132,16 @@ BRIDGED = [
 replica owning global rank 0, as verl maps the rollout's ranks), the NVTX trigger (no GPU)."""
 
 
-def _launched_fit(overrides, out):
-    """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config;
+def _launched_fit(overrides, out, flags=()):
+    """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config
+    (composed from Hydra's ``flags`` and the overrides as the launcher reads main_ppo's line);
     (what the fit observed, the run's manifest), after checking it ran every step."""
     from verl.trainer.main_ppo import run_ppo
 
     from tests.integration.apps.verl_cpu_trainer import CpuTaskRunner, compose, observed_path
     from verlprof.bridges.verl.launch import wrap_run_ppo
 
-    config = compose(overrides, str(out))
+    config = compose(overrides, str(out), flags)
     wrap_run_ppo(run_ppo)(config, CpuTaskRunner)
     with open(observed_path(config)) as handle:
         result = json.load(handle)
@@ -150,11 +151,29 @@ def _launched_fit(overrides, out):
     return result, manifest
 
 
+def _user_config_dir(tmp_path, selection):
+    """A user's own config directory, its trainer YAML extending verl's ``ppo_trainer``
+    through ``defaults`` (the way verl's recipes do) and holding the profiling ``selection``;
+    Hydra's flags that name it."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    folder = tmp_path / "my_configs"
+    folder.mkdir()
+    own = OmegaConf.to_container(OmegaConf.from_dotlist(list(selection)))
+    (folder / "my_trainer.yaml").write_text(yaml.safe_dump({
+        "hydra": {"searchpath": ["pkg://verl.trainer.config"]},
+        "defaults": ["ppo_trainer", "_self_"], **own}))
+    return ["--config-path", str(folder), "--config-name", "my_trainer"]
+
+
 def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_cluster, tmp_path):
     """verl's ``run_ppo`` through verlprof's launcher, the plan derived from the config (no
-    topology given): the training process and the replica's server run under nsys, each writes
-    one report per step, the server's holds every request of its step as ``rollout/generate``,
-    and ``verlprof report`` shows both groups side by side."""
+    topology given), the config a user's own (``--config-name``: verl's ``ppo_trainer``
+    through ``defaults``, the profiling keys in the user's YAML): the training process and the
+    replica's server run under nsys, each writes one report per step, the server's holds every
+    request of its step as ``rollout/generate``, and ``verlprof report`` shows both groups side
+    by side."""
     from rich.console import Console
 
     from tests.helpers import require_nsys
@@ -162,7 +181,7 @@ def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_clus
     from verlprof.report import summarize
 
     require_nsys()
-    result, manifest = _launched_fit(BRIDGED, tmp_path)
+    result, manifest = _launched_fit([], tmp_path, _user_config_dir(tmp_path, BRIDGED))
     _, server = _only_server(result)
     entries = {(e["group"], e["rank"], tuple(e["steps"])): e for e in manifest["reports"]}
     assert sorted(entries) == [("global_pool", 0, (1,)), ("global_pool", 0, (2,)),

@@ -83,17 +83,20 @@ def cpu_overrides(model_dir: str, data: Dict[str, str], save_path: str) -> List[
     ]
 
 
-def compose(overrides: Sequence[str], save_path: str) -> Any:
+def compose(overrides: Sequence[str], save_path: str, flags: Sequence[str] = ()) -> Any:
     """verl's ``ppo_trainer`` with the CPU overrides, then the caller's; resolved as verl's
-    TaskRunner resolves it."""
+    TaskRunner resolves it. ``flags``: Hydra's (``--config-path``, ``--config-name``...),
+    read as the launcher reads ``main_ppo``'s command line."""
     from omegaconf import OmegaConf
 
     from tests.integration.apps import verl_cpu_assets as assets
-    from verlprof.bridges.verl.launch import compose_verl_config
+    from verlprof.bridges.verl.command_line import compose as compose_line
+    from verlprof.bridges.verl.command_line import read_command_line
 
     model_dir = assets.write_model_dir(os.path.join(save_path, "model"))
     data = assets.write_dataset(os.path.join(save_path, "data"), train_rows=BATCH * STEPS)
-    config = compose_verl_config([*cpu_overrides(model_dir, data, save_path), *overrides])
+    config = compose_line(read_command_line(
+        [*flags, *cpu_overrides(model_dir, data, save_path), *overrides]))
     OmegaConf.resolve(config)
     return config
 

@@ -1,4 +1,4 @@
-"""``python -m verlprof.bridges.verl <overrides>``: verl's ``main_ppo``, profiled by verlprof.
+"""``python -m verlprof.bridges.verl <main_ppo's command line>``: verl's ``main_ppo``, profiled.
 
 The launcher runs verl's own entry point (its Hydra config, checks and ``run_ppo``) with one
 seam changed: ``run_ppo(config, task_runner_class)``. Before verl starts anything:
@@ -20,6 +20,13 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlprof.bridges.verl.bridge import attach, plan_of
+from verlprof.bridges.verl.command_line import (
+    ENTRY,
+    ENTRY_CONFIG_NAME,
+    CommandLine,
+    compose,
+    read_command_line,
+)
 from verlprof.bridges.verl.driver_side import active_bridge, bridge_env
 from verlprof.bridges.verl.messages import (
     EXIT_BAD_INPUT,
@@ -164,39 +171,62 @@ def install_launcher() -> Tuple[Any, Optional[Any]]:
     return main_ppo, previous
 
 
-def compose_verl_config(overrides: Sequence[str], config_name: str = "ppo_trainer") -> DictConfig:
+def compose_verl_config(overrides: Sequence[str], config_name: str = ENTRY_CONFIG_NAME
+                        ) -> DictConfig:
     """verl's trainer config from the installed verl, composed as ``main_ppo`` composes it."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name=config_name, overrides=list(overrides))
+    return compose(read_command_line([f"--config-name={config_name}", *overrides]))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m verlprof.bridges.verl`` with the arguments of ``python -m
-    verl.trainer.main_ppo``; ``--plan`` first prints what would be profiled and runs nothing.
-    Overrides are composed once before verl starts, so that a key Hydra refuses is one line
-    (exit 2) instead of Hydra's tracebacks."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    plan_only = args[:1] == ["--plan"]
-    overrides = args[1:] if plan_only else args
+    """``python -m verlprof.bridges.verl`` with the command line of ``python -m
+    verl.trainer.main_ppo`` (Hydra's flags and overrides: see ``command_line``); ``--plan``,
+    wherever it stands, prints what would be profiled and runs nothing. The config is composed
+    once before verl starts, so that a line Hydra refuses is one line (exit 2) instead of
+    Hydra's tracebacks."""
     try:
-        config = compose_verl_config(overrides)
-        if plan_only:
+        line = read_command_line(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as err:
+        print(f"verlprof: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if line.shows and not line.plan_only:  # --cfg, --info, --help: Hydra's; nothing runs
+        return _run_main_ppo(line, profiled=False)
+    try:
+        config = compose(line)
+        if line.plan_only:
             render_plan(prepare(config))
             return 0
     except ConfigError as err:
         print(f"verlprof: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception as err:  # Hydra's own: an unknown key, a bad override
+    except Exception as err:  # Hydra's own: an unknown key, a bad override, a missing config
         if not type(err).__module__.startswith(("hydra", "omegaconf")):
             raise
-        print(f"verlprof: {hydra_error_line(err, compose_verl_config([]))}", file=sys.stderr)
+        why = hydra_error_line(err, _base_config(line))
+        if type(err).__name__ == "MissingConfigException":  # say where it was looked for
+            why += f" (config path: {line.config_path})"
+        print(f"verlprof: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    main_ppo, _ = install_launcher()
-    main_ppo.main()
+    return _run_main_ppo(line, profiled=True)
+
+
+def _base_config(line: CommandLine) -> Optional[DictConfig]:
+    """The line's config without its overrides, where the keys a refused one missed are."""
+    try:
+        return compose(line, overrides=())
+    except Exception:  # noqa: BLE001 - no config to suggest keys from
+        return None
+
+
+def _run_main_ppo(line: CommandLine, profiled: bool) -> int:
+    """verl's own ``main_ppo.main`` (its ``@hydra.main``: output directory, logging, checks)
+    on ``line``, through the launcher when ``profiled``."""
+    if profiled:
+        install_launcher()
+    from verl.trainer import main_ppo
+    argv = sys.argv
+    sys.argv = [argv[0] if argv else ENTRY, *line.hydra_argv()]
+    try:
+        main_ppo.main()
+    finally:
+        sys.argv = argv
     return 0
