@@ -3,7 +3,7 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas`` runs a subset
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas,anatomy`` runs a subset
 (``replicas``: P5 and P3 on verl's rollout replicas, :mod:`benchmarks.replicas`). ``p4``
 includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
 synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under
@@ -34,7 +34,7 @@ SIZES = {
                   p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4),
 }
 METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand",
-           "replicas")
+           "replicas", "anatomy")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -198,6 +198,11 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         if args.quick and not os.environ.get(p4_scale.SIZES_ENV):
             os.environ[p4_scale.SIZES_ENV] = "1"
         results += guarded("P4 trace", lambda: p4_trace.run(1 if args.quick else 3, log=log))
+    if "anatomy" in only:  # issue 39: what the anatomy adds to verlprof report (no Ray)
+        from benchmarks import anatomy
+
+        results += guarded("anatomy", lambda: anatomy.run(1 if args.quick else 3,
+                                                          quick=args.quick, log=log))
     if "on-demand" in only:  # issue 28: no Ray (in-process ranks; nsys around a bare app)
         from benchmarks import on_demand
 

@@ -162,3 +162,20 @@ def test_the_trace_draws_an_arrow_from_each_controller_phase_to_its_slowest_rank
     gen_rank, gen_end = ends[starts[0].flow_out[0]]
     assert gen_rank == 1 and (gen_end.start, gen_end.end) == (T0 + 20 * MS, T0 + 100 * MS)
     assert ends[starts[1].flow_out[0]][0] == 0
+
+
+def test_a_short_call_the_clock_error_moved_out_of_its_phase_still_matches_inside_it():
+    # rank 0's 0.5 ms call lands 1 ms before the controller's phase on the aligned clocks,
+    # within its 2 ms error: it is still the phase's call, placed inside the phase
+    records = [ctl("log_prob", 10, 20), rec(GROUP, 0, "actor", "log_prob", 8.5, 9),
+               rec(GROUP, 1, "actor", "log_prob", 12, 13)]
+    clocks = {(GROUP, 0): (0, 2 * MS), (GROUP, 1): (0, 2 * MS)}
+    split = anatomize(records, [step(0, 30)], manifest(clocks)).steps[0].phases[0]
+    assert (split.ranks, split.rank, split.skew_ns) == (2, 1, MS // 2)
+    # two calls of one phase in a step: each is matched by time, widened by the error
+    twice = [ctl("log_prob", 10, 20), ctl("log_prob", 40, 50),
+             rec(GROUP, 0, "actor", "log_prob", 8.5, 9), rec(GROUP, 0, "actor", "log_prob",
+                                                             41, 49)]
+    first, second = anatomize(twice, [step(0, 60)], manifest(clocks)).steps[0].phases
+    assert (first.dispatch_ns, first.compute_ns) == (0, MS // 2)
+    assert (second.dispatch_ns, second.compute_ns, second.collect_ns) == (MS, 8 * MS, MS)

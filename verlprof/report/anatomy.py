@@ -27,8 +27,19 @@ ranks of its group, the straggler's cost, inside compute), and per served replic
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from verlprof.manifest import Manifest
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord, StepSpan
@@ -179,16 +190,14 @@ def anatomize(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],
     ``manifest``'s processes, its served groups' replicas apart."""
     clocks = alignments(manifest)
     servers = {name: g.servers_per_replica for name, g in manifest.served.items()}
-    by_step: Dict[int, List[PhaseRecord]] = {}
-    for rec in records:
-        by_step.setdefault(rec.step, []).append(rec)
+    by_process: Dict[int, Dict[Key, List[PhaseRecord]]] = {}
+    for rec in records:  # one pass; a step's records are placed only where a row needs them
+        by_process.setdefault(rec.step, {}).setdefault((rec.group, rec.rank), []).append(rec)
     out = []
     for span in steps:
-        placed = [_Placed(r, clocks.get((r.group, r.rank), Alignment()))
-                  for r in by_step.get(span.step, [])]
-        if not placed:
-            continue
-        out.append(_step(span, placed, servers))
+        processes = by_process.get(span.step)
+        if processes:
+            out.append(_step(span, processes, clocks, servers))
     return Anatomy(tuple(out))
 
 
@@ -212,15 +221,26 @@ class _Placed:
         return self.clock.place(self.rec.end_ns)
 
 
-def _step(span: StepSpan, placed: List[_Placed], servers: Mapping[str, int]) -> StepAnatomy:
-    controller = sorted((p for p in placed if p.rec.group == CONTROLLER_GROUP),
-                        key=lambda p: (p.start, -p.end))
-    served = [p for p in placed if p.rec.group in servers]
-    ranks = [p for p in placed if p.rec.group != CONTROLLER_GROUP and p.rec.group not in servers]
+def _step(span: StepSpan, processes: Dict[Key, List[PhaseRecord]],
+          clocks: Mapping[Key, Alignment], servers: Mapping[str, int]) -> StepAnatomy:
+    def placed(key: Key, keep: Callable[[PhaseRecord], bool]) -> List[_Placed]:
+        clock = clocks.get(key, Alignment())
+        return [_Placed(r, clock) for r in processes[key] if keep(r)]
+
+    controller = sorted((p for key in processes if key[0] == CONTROLLER_GROUP
+                         for p in placed(key, lambda r: True)), key=lambda p: (p.start, -p.end))
+    calls = Counter(p.rec.phase for p in controller)
+    names = set(calls) | set(WEIGHT_SYNC_PHASES)
+    training = [k for k in processes if k[0] != CONTROLLER_GROUP and k[0] not in servers]
+    ranks = [p for key in training for p in placed(key, lambda r: r.phase in names)]
+    served = [p for key in processes if key[0] in servers for p in placed(key, lambda r: True)]
     if span.source == "controller":
         lo, hi = span.start_ns, span.end_ns
     else:  # the step's extent, aligned: the loader's span is on each process's own clock
-        lo, hi = min(p.start for p in placed), max(p.end for p in placed)
+        lo = min(min(r.start_ns for r in recs) - clocks.get(key, Alignment()).offset_ns
+                 for key, recs in processes.items())
+        hi = max(max(r.end_ns for r in recs) - clocks.get(key, Alignment()).offset_ns
+                 for key, recs in processes.items())
     phases: List[PhaseSplit] = []
     covered: List[Span] = []
     syncs: List[Span] = []
@@ -232,24 +252,31 @@ def _step(span: StepSpan, placed: List[_Placed], servers: Mapping[str, int]) -> 
         if p.rec.phase in WEIGHT_SYNC_PHASES:
             syncs.append((start, end))
             continue
-        phases.append(_split(p.rec.phase, start, end, ranks))
+        phases.append(_split(p.rec.phase, start, end, ranks, calls[p.rec.phase] == 1))
     syncs += [(p.start, p.end) for p in ranks if p.rec.phase in WEIGHT_SYNC_PHASES]
     in_phases = [c for c in covered if c not in syncs]
     sync_ns = _length(_minus(_clip(_union(syncs), lo, hi), _union(in_phases)))
     phase_ns = sum(p.duration_ns for p in phases)
     errors = [p.error_ns for p in phases if p.error_ns is not None]
+    beside = [p for key in training for p in placed(key, lambda r: True)] if served else []
     return StepAnatomy(step=span.step, start_ns=lo, end_ns=hi, source=span.source,
                        phases=tuple(phases), weight_sync_ns=sync_ns,
                        driver_ns=(hi - lo) - phase_ns - sync_ns,
-                       replicas=_replicas(served, ranks, servers, lo, hi),
+                       replicas=_replicas(served, beside, servers, lo, hi),
                        error_ns=max(errors) if errors else None)
 
 
-def _split(phase: str, start: int, end: int, ranks: Sequence[_Placed]) -> PhaseSplit:
-    """The controller's call ``[start, end]`` at the slowest rank's matching call."""
+def _split(phase: str, start: int, end: int, ranks: Sequence[_Placed],
+           whole_step: bool) -> PhaseSplit:
+    """The controller's call ``[start, end]`` at the slowest rank's matching call: every call
+    of ``phase`` in the step when the controller called it once (``whole_step``: a short call
+    the clock error moved out of the controller's span still matches), else those overlapping
+    the span widened by the rank's clock error."""
     extent: Dict[Key, Tuple[int, int, Alignment]] = {}
     for p in ranks:
-        if p.rec.phase != phase or p.end <= start or p.start >= end:
+        slack = p.clock.error_ns or 0
+        if p.rec.phase != phase or (not whole_step and (p.end <= start - slack
+                                                        or p.start >= end + slack)):
             continue
         old = extent.get(p.key)
         extent[p.key] = (p.start, p.end, p.clock) if old is None else \
@@ -258,8 +285,17 @@ def _split(phase: str, start: int, end: int, ranks: Sequence[_Placed]) -> PhaseS
         return PhaseSplit(phase=phase, start_ns=start, end_ns=end, group=None, rank=None)
     key = max(extent, key=lambda k: (extent[k][1] - extent[k][0], extent[k][1]))
     r_start, r_end, clock = extent[key]
-    d_end = min(max(r_start, start), end)
-    c_end = min(max(r_end, d_end), end)
+    # a call sticking out of the controller's span by no more than the clock error is moved
+    # inside it: where it really was is only known within that error
+    error = clock.error_ns or 0
+    shift = 0
+    if r_end - r_start <= end - start:
+        if 0 < start - r_start <= error:
+            shift = start - r_start
+        elif 0 < r_end - end <= error:
+            shift = end - r_end
+    d_end = min(max(r_start + shift, start), end)
+    c_end = min(max(r_end + shift, d_end), end)
     slowest = r_end - r_start
     others = [e[1] - e[0] for k, e in extent.items() if k != key and k[0] == key[0]]
     median = int(statistics.median(others)) if others else None
