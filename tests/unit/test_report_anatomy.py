@@ -81,6 +81,8 @@ def test_a_rank_that_started_before_the_controller_s_range_is_clipped_to_it():
     gen = anatomize(records, [step(0, 100)], manifest({(GROUP, 0): (0, 10)})).steps[0].phases[0]
     assert (gen.dispatch_ns, gen.compute_ns, gen.collect_ns) == (0, 40 * MS, 10 * MS)
     assert gen.dispatch_gap_ns == -5 * MS
+    rows = anatomize(records, [step(0, 100)], manifest({(GROUP, 0): (0, 10)})).steps[0].rows()
+    assert rows[0].detail == "rank began first"  # as the demo's controller opens its range
 
 
 def test_an_unprofiled_phase_shows_only_its_controller_side_and_driver_work_is_the_rest():

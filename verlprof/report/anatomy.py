@@ -136,21 +136,23 @@ class StepAnatomy:
             if p.group is None:
                 out.append(Row(p.phase, "controller", p.duration_ns, "ranks not profiled"))
                 continue
-            out.append(Row(p.phase, "dispatch", p.dispatch_ns, _gap_note(p, p.dispatch_gap_ns)))
+            out.append(Row(p.phase, "dispatch", p.dispatch_ns,
+                           _gap_note(p, p.dispatch_gap_ns, "rank began first")))
             skew = "" if p.skew_ns is None else f", skew {p.skew_ns / 1e6:.1f} ms"
             out.append(Row(p.phase, "compute", p.compute_ns, f"{p.group} r{p.rank}{skew}"))
-            out.append(Row(p.phase, "collect", p.collect_ns, _gap_note(p, p.collect_gap_ns)))
+            out.append(Row(p.phase, "collect", p.collect_ns,
+                           _gap_note(p, p.collect_gap_ns, "rank ended after")))
         out.append(Row("weight sync", "weight_sync", self.weight_sync_ns))
         out.append(Row("driver work", "driver", self.driver_ns))
         return tuple(out)
 
 
-def _gap_note(split: PhaseSplit, gap_ns: int) -> str:
+def _gap_note(split: PhaseSplit, gap_ns: int, outside: str) -> str:
     if split.error_ns is None:
         return "clock not measured"
     if split.within_error(gap_ns):
         return "within clock error"
-    return ""
+    return outside if gap_ns < 0 else ""
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ def replica_lines(s: StepAnatomy) -> List[str]:
 def _fixed(cells: List[str]) -> str:
     name, part, ms, pct, detail = cells
     head = f"  {clip(name, NAME_WIDTH):<{NAME_WIDTH}} {part:<8} {ms:>7} {pct:>5}"
-    rest = WIDTH - len(head) - 2
-    return head + (f"  {clip(detail, rest)}" if detail else "")
+    rest = WIDTH - len(head) - 1
+    return head + (f" {clip(detail, rest)}" if detail else "")
 
 
 def console_lines(anatomy: Anatomy, per_step: bool = True) -> List[str]:
