@@ -124,7 +124,7 @@ def test_steps_from_records_nested_phases_and_the_outputs():
     assert three.wall_ns == 30 * MS and three.phases[0].skew_ns == 9 * MS
     lines = console_lines(anatomy)
     assert all(len(line) <= 80 for line in lines), lines
-    assert any(line.startswith("where the steps went, across 2 steps") for line in lines)
+    assert "where the steps went: median and worst of 2 steps (ms)" in lines
     data = anatomy_json(anatomy)
     assert data["schema_version"] == 1 and [s["step"] for s in data["steps"]] == [2, 3]
     wall = next(a for a in data["across"] if a["part"] == "wall")

@@ -77,7 +77,7 @@ def console_lines(anatomy: Anatomy, per_step: bool = True) -> List[str]:
             lines += [step_title(s), header] + [_fixed(c) for c in step_cells(s)]
             lines += ["  " + clip(x, WIDTH - 2) for x in replica_lines(s)]
     if len(anatomy.steps) > 1:
-        lines += [f"where the steps went, across {len(anatomy.steps)} steps (ms)",
+        lines += [f"where the steps went: median and worst of {len(anatomy.steps)} steps (ms)",
                   f"  {'phase':<{NAME_WIDTH}} {'part':<8} {'median':>7} {'worst':>7}  step"]
         for a in anatomy.across():
             lines.append(f"  {clip(visible(a.label), NAME_WIDTH):<{NAME_WIDTH}} "
@@ -95,7 +95,7 @@ def md_tables(anatomy: Anatomy) -> List[List[Any]]:
     if len(anatomy.steps) > 1:
         rows = [[a.label, PART_NAMES[a.part],
                  _ms(a.median_ns), _ms(a.worst_ns), str(a.worst_step)] for a in anatomy.across()]
-        out.append([f"across {len(anatomy.steps)} steps",
+        out.append([f"median and worst of {len(anatomy.steps)} steps",
                     ["phase", "part", "median ms", "worst ms", "worst step"], rows, []])
     return out
 
