@@ -29,8 +29,9 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from typing import (
-    Callable,
     Dict,
     Iterable,
     List,
@@ -43,7 +44,7 @@ from typing import (
 
 from verlprof.manifest import Manifest
 from verlprof.report.model import CONTROLLER_GROUP, PhaseRecord, StepSpan
-from verlprof.trace.clock import Alignment, Key, alignments
+from verlprof.trace.clock import Key, alignments
 from verlprof.trace.links import Link
 
 Part = Literal["dispatch", "compute", "collect", "controller", "weight_sync", "driver", "wall"]
@@ -190,106 +191,94 @@ def anatomize(records: Sequence[PhaseRecord], steps: Sequence[StepSpan],
               manifest: Manifest) -> Anatomy:
     """The anatomy of every step of ``steps`` from ``records`` (as loaded), on the clocks of
     ``manifest``'s processes, its served groups' replicas apart."""
-    clocks = alignments(manifest)
+    clocks: Dict[Key, Tuple[int, Optional[int]]] = {
+        key: (a.offset_ns, a.error_ns) for key, a in alignments(manifest).items()}
     servers = {name: g.servers_per_replica for name, g in manifest.served.items()}
-    by_process: Dict[int, Dict[Key, List[PhaseRecord]]] = {}
-    for rec in records:  # one pass; a step's records are placed only where a row needs them
-        by_process.setdefault(rec.step, {}).setdefault((rec.group, rec.rank), []).append(rec)
+    # grouped in C (sort, groupby): a report at 1,024 ranks has tens of thousands of records
+    by_step = {step: list(group) for step, group in
+               groupby(sorted(records, key=attrgetter("step")), key=attrgetter("step"))}
+    return Anatomy(tuple(_step(span, by_step[span.step], clocks, servers)
+                         for span in steps if by_step.get(span.step)))
+
+
+Clocks = Mapping[Key, Tuple[int, Optional[int]]]
+"""(group, rank) -> (clock offset, error bound) against the controller's."""
+
+
+def _spans(recs: Iterable[PhaseRecord], clocks: Clocks) -> List[Span]:
+    """``recs`` on the controller's clock."""
     out = []
-    for span in steps:
-        processes = by_process.get(span.step)
-        if processes:
-            out.append(_step(span, processes, clocks, servers))
-    return Anatomy(tuple(out))
+    for r in recs:
+        off = clocks.get((r.group, r.rank), (0, None))[0]
+        out.append((r.start_ns - off, r.end_ns - off))
+    return out
 
 
-@dataclass(frozen=True)
-class _Placed:
-    """A record on the controller's clock."""
-
-    rec: PhaseRecord
-    clock: Alignment
-
-    @property
-    def key(self) -> Key:
-        return (self.rec.group, self.rec.rank)
-
-    @property
-    def start(self) -> int:
-        return self.clock.place(self.rec.start_ns)
-
-    @property
-    def end(self) -> int:
-        return self.clock.place(self.rec.end_ns)
-
-
-def _step(span: StepSpan, processes: Dict[Key, List[PhaseRecord]],
-          clocks: Mapping[Key, Alignment], servers: Mapping[str, int]) -> StepAnatomy:
-    def placed(key: Key, keep: Callable[[PhaseRecord], bool]) -> List[_Placed]:
-        clock = clocks.get(key, Alignment())
-        return [_Placed(r, clock) for r in processes[key] if keep(r)]
-
-    controller = sorted((p for key in processes if key[0] == CONTROLLER_GROUP
-                         for p in placed(key, lambda r: True)), key=lambda p: (p.start, -p.end))
-    calls = Counter(p.rec.phase for p in controller)
+def _step(span: StepSpan, recs: List[PhaseRecord], clocks: Clocks,
+          servers: Mapping[str, int]) -> StepAnatomy:
+    mine = [r for r in recs if r.group == CONTROLLER_GROUP]
+    controller = sorted(((s, e, r.phase) for (s, e), r in zip(_spans(mine, clocks), mine)),
+                        key=lambda c: (c[0], -c[1]))
+    calls = Counter(c[2] for c in controller)
     names = set(calls) | set(WEIGHT_SYNC_PHASES)
-    training = [k for k in processes if k[0] != CONTROLLER_GROUP and k[0] not in servers]
-    ranks = [p for key in training for p in placed(key, lambda r: r.phase in names)]
-    served = [p for key in processes if key[0] in servers for p in placed(key, lambda r: True)]
+    ranks = [r for r in recs if r.phase in names and r.group != CONTROLLER_GROUP
+             and r.group not in servers]
+    by_phase = {phase: list(group) for phase, group in
+                groupby(sorted(ranks, key=attrgetter("phase")), key=attrgetter("phase"))}
     if span.source == "controller":
         lo, hi = span.start_ns, span.end_ns
     else:  # the step's extent, aligned: the loader's span is on each process's own clock
-        lo = min(min(r.start_ns for r in recs) - clocks.get(key, Alignment()).offset_ns
-                 for key, recs in processes.items())
-        hi = max(max(r.end_ns for r in recs) - clocks.get(key, Alignment()).offset_ns
-                 for key, recs in processes.items())
+        every = _spans(recs, clocks)
+        lo, hi = min(s for s, _ in every), max(e for _, e in every)
     phases: List[PhaseSplit] = []
     covered: List[Span] = []
     syncs: List[Span] = []
-    for p in controller:
-        start, end = max(p.start, lo), min(p.end, hi)
+    for c_start, c_end, phase in controller:
+        start, end = max(c_start, lo), min(c_end, hi)
         if end <= start or (covered and start < covered[-1][1]):
             continue  # outside the step, or inside an outer phase (counted there)
         covered.append((start, end))
-        if p.rec.phase in WEIGHT_SYNC_PHASES:
+        if phase in WEIGHT_SYNC_PHASES:
             syncs.append((start, end))
             continue
-        phases.append(_split(p.rec.phase, start, end, ranks, calls[p.rec.phase] == 1))
-    syncs += [(p.start, p.end) for p in ranks if p.rec.phase in WEIGHT_SYNC_PHASES]
+        phases.append(_split(phase, start, end, by_phase.get(phase, []), clocks,
+                             calls[phase] == 1))
+    syncs += _spans((r for p in WEIGHT_SYNC_PHASES for r in by_phase.get(p, [])), clocks)
     in_phases = [c for c in covered if c not in syncs]
     sync_ns = _length(_minus(_clip(_union(syncs), lo, hi), _union(in_phases)))
     phase_ns = sum(p.duration_ns for p in phases)
     errors = [p.error_ns for p in phases if p.error_ns is not None]
-    beside = [p for key in training for p in placed(key, lambda r: True)] if served else []
     return StepAnatomy(step=span.step, start_ns=lo, end_ns=hi, source=span.source,
                        phases=tuple(phases), weight_sync_ns=sync_ns,
                        driver_ns=(hi - lo) - phase_ns - sync_ns,
-                       replicas=_replicas(served, beside, servers, lo, hi),
+                       replicas=_replicas(recs, clocks, servers, lo, hi) if servers else (),
                        error_ns=max(errors) if errors else None)
 
 
-def _split(phase: str, start: int, end: int, ranks: Sequence[_Placed],
+def _split(phase: str, start: int, end: int, calls: Sequence[PhaseRecord], clocks: Clocks,
            whole_step: bool) -> PhaseSplit:
-    """The controller's call ``[start, end]`` at the slowest rank's matching call: every call
-    of ``phase`` in the step when the controller called it once (``whole_step``: a short call
-    the clock error moved out of the controller's span still matches), else those overlapping
-    the span widened by the rank's clock error."""
-    extent: Dict[Key, Tuple[int, int, Alignment]] = {}
-    for p in ranks:
-        slack = p.clock.error_ns or 0
-        if p.rec.phase != phase or (not whole_step and (p.end <= start - slack
-                                                        or p.start >= end + slack)):
+    """The controller's call ``[start, end]`` at the slowest rank's matching call (``calls``:
+    the step's calls of ``phase`` on the ranks): all of them when the controller called it
+    once in the step (``whole_step``: a short call the clock error moved out of the
+    controller's span still matches), else those overlapping the span widened by the rank's
+    clock error."""
+    extent: Dict[Key, Tuple[int, int]] = {}
+    for r in calls:
+        key = (r.group, r.rank)
+        off, err = clocks.get(key, (0, None))
+        s, e = r.start_ns - off, r.end_ns - off
+        if not whole_step and (e <= start - (err or 0) or s >= end + (err or 0)):
             continue
-        old = extent.get(p.key)
-        extent[p.key] = (p.start, p.end, p.clock) if old is None else \
-            (min(old[0], p.start), max(old[1], p.end), p.clock)
+        old = extent.get(key)
+        extent[key] = (s, e) if old is None else (min(old[0], s), max(old[1], e))
     if not extent:
         return PhaseSplit(phase=phase, start_ns=start, end_ns=end, group=None, rank=None)
     key = max(extent, key=lambda k: (extent[k][1] - extent[k][0], extent[k][1]))
-    r_start, r_end, clock = extent[key]
+    r_start, r_end = extent[key]
+    error_ns = clocks.get(key, (0, None))[1]
     # a call sticking out of the controller's span by no more than the clock error is moved
     # inside it: where it really was is only known within that error
-    error = clock.error_ns or 0
+    error = error_ns or 0
     shift = 0
     if r_end - r_start <= end - start:
         if 0 < start - r_start <= error:
@@ -304,18 +293,22 @@ def _split(phase: str, start: int, end: int, ranks: Sequence[_Placed],
     return PhaseSplit(phase=phase, start_ns=start, end_ns=end, group=key[0], rank=key[1],
                       dispatch_ns=d_end - start, compute_ns=c_end - d_end,
                       collect_ns=end - c_end, dispatch_gap_ns=r_start - start,
-                      collect_gap_ns=end - r_end, error_ns=clock.error_ns,
+                      collect_gap_ns=end - r_end, error_ns=error_ns,
                       ranks=len(extent), skew_ns=None if median is None else slowest - median,
                       median_ns=median)
 
 
-def _replicas(served: Sequence[_Placed], ranks: Sequence[_Placed], servers: Mapping[str, int],
+def _replicas(recs: Sequence[PhaseRecord], clocks: Clocks, servers: Mapping[str, int],
               lo: int, hi: int) -> Tuple[ReplicaBusy, ...]:
-    training = _clip(_union((p.start, p.end) for p in ranks), lo, hi)
+    """Each served replica's busy time in ``[lo, hi]``, and how much of it overlaps the
+    training ranks' phases."""
+    training = _clip(_union(_spans((r for r in recs if r.group != CONTROLLER_GROUP
+                                    and r.group not in servers), clocks)), lo, hi)
     spans: Dict[Tuple[str, int], List[Span]] = {}
-    for p in served:
-        replica = p.rec.rank // max(1, servers.get(p.rec.group, 1))
-        spans.setdefault((p.rec.group, replica), []).append((p.start, p.end))
+    for r in recs:
+        if r.group in servers:
+            replica = r.rank // max(1, servers[r.group])
+            spans.setdefault((r.group, replica), []).extend(_spans([r], clocks))
     out = []
     for (group, replica), got in sorted(spans.items()):
         busy = _clip(_union(got), lo, hi)

@@ -8,8 +8,8 @@ sending them) is then inside the controller's phase, where the anatomy splits it
 
 * step :data:`DRIVER_SLEEP_STEP`: the driver sleeps :data:`DRIVER_SLEEP_S` between
   ``compute_log_prob`` and the next phase (driver work grows);
-* step :data:`PAYLOAD_STEP`: ``compute_values`` gets an extra :data:`PAYLOAD_BYTES` argument
-  that the worker ignores (its dispatch grows, its compute does not);
+* step :data:`PAYLOAD_STEP`: ``compute_ref_log_prob`` gets an extra :data:`PAYLOAD_BYTES`
+  argument that the worker ignores (its dispatch grows, its compute does not);
 * a slowed rank comes from the demo's own ``demo.faults`` (sleep in one phase of one step),
   set by the test.
 """
@@ -33,15 +33,16 @@ PAYLOAD_STEP = 4
 PAYLOAD_BYTES = 50 * 2**20
 
 
-class PayloadCriticWorker(workers.CriticWorker):
-    """The demo's critic, whose ``compute_values`` takes (and ignores) a payload."""
+class PayloadWorker(workers.ActorRolloutRefWorker):
+    """The demo's hybrid worker, whose ``compute_ref_log_prob`` takes (and ignores) a
+    payload."""
 
-    @annotate("critic")
-    def compute_values(self, seqs: torch.Tensor,
-                       payload: Optional[torch.Tensor] = None) -> torch.Tensor:
-        self._delay("compute_values")
+    @annotate("ref")
+    def compute_ref_log_prob(self, seqs: torch.Tensor,
+                             payload: Optional[torch.Tensor] = None) -> torch.Tensor:
+        self._delay("compute_ref_log_prob")
         with torch.no_grad():
-            return self.value(seqs).squeeze(-1).mean(-1)
+            return self._log_prob(self.ref, seqs)
 
 
 class AnatomyTrainer(demo_trainer.PPOTrainer):
@@ -59,7 +60,7 @@ class AnatomyTrainer(demo_trainer.PPOTrainer):
     def _call(self, role: str, method: str, *tensors: torch.Tensor) -> List[Any]:
         _, live = self._role(role)
         extra = ({"payload": self.payload}
-                 if method == "compute_values" and self.now == PAYLOAD_STEP else {})
+                 if method == "compute_ref_log_prob" and self.now == PAYLOAD_STEP else {})
         with self.controller.range(method):
             chunks = [torch.tensor_split(t, len(live)) for t in tensors]
             refs = [getattr(actor, method).remote(*(c[i] for c in chunks), **extra)
@@ -79,5 +80,6 @@ class AnatomyTaskRunner:
 
     def run(self, config: Dict[str, Any], plan: Dict[str, Any],
             preflight: Any = True) -> Dict[str, Any]:
-        demo_trainer.ROLE_CLASSES["critic"] = PayloadCriticWorker  # in this process only
+        for role in ("actor", "rollout", "ref"):  # in this process only
+            demo_trainer.ROLE_CLASSES[role] = PayloadWorker
         return AnatomyTrainer(config, ProfilePlan.from_dict(plan), preflight=preflight).fit()
