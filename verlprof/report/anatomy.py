@@ -8,12 +8,14 @@ between the controller and a rank means something up to the rank's clock error b
 The rows of one step, which sum to its wall time:
 
 * for each controller phase (``controller/<phase>``, top level: a phase inside another is
-  part of the outer one), the calls of the same phase on the worker ranks that overlap it; of
-  those the slowest rank (longest, then latest end) splits the controller's time into
+  part of the outer one), the calls of the same phase on the worker ranks in that step (those
+  overlapping it, widened by the clock error, when the controller called the phase more than
+  once); of those the slowest rank (longest, then latest end) splits the controller's time into
   **dispatch** (controller start -> that rank's start), **compute** (that rank's call) and
   **collect** (that rank's end -> controller end). The rank's call is clipped to the
-  controller's phase, so the three add up even where the rank started before the controller
-  opened its range (a gap smaller than the clock error says so). A phase with no rank's call
+  controller's phase (moved inside it first when it sticks out by no more than the clock
+  error), so the three add up even where the rank started before the controller opened its
+  range (a gap smaller than the clock error says so). A phase with no rank's call
   (its ranks were not selected) is one **controller side** row: nothing is guessed;
 * **weight sync**: the union of every rank's ``update_weights`` (and an engine's
   ``wake_up``/``sleep``) outside the controller phases, and controller phases of those names;
