@@ -122,6 +122,7 @@ def test_steps_from_records_nested_phases_and_the_outputs():
     assert [p.phase for p in two.phases] == ["outer"]  # inner is inside outer: counted there
     assert sum(r.ns for r in two.rows()) == two.wall_ns
     assert three.wall_ns == 30 * MS and three.phases[0].skew_ns == 9 * MS
+    assert three.rows()[-1].detail == "no controller report" and two.rows()[-1].detail == ""
     lines = console_lines(anatomy)
     assert all(len(line) <= 80 for line in lines), lines
     assert "where the steps went: median and worst of 2 steps (ms)" in lines

@@ -146,7 +146,9 @@ class StepAnatomy:
             out.append(Row(p.phase, "collect", p.collect_ns,
                            _gap_note(p, p.collect_gap_ns, "rank ended after")))
         out.append(Row("weight sync", "weight_sync", self.weight_sync_ns))
-        out.append(Row("driver work", "driver", self.driver_ns))
+        # without the controller's report, no phase is known: this row is not only the driver's
+        out.append(Row("driver work", "driver", self.driver_ns,
+                       "" if self.source == "controller" else "no controller report"))
         return tuple(out)
 
 
