@@ -3,8 +3,8 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas,summaries`` runs a
-subset (``replicas``: P5 and P3 on verl's rollout replicas, :mod:`benchmarks.replicas`;
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas,summaries,anatomy``
+runs a subset (``replicas``: P5 and P3 on verl's rollout replicas, :mod:`benchmarks.replicas`;
 ``summaries``: reports summarised on their nodes, :mod:`benchmarks.node_summaries`). ``p4``
 includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
 synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under
@@ -35,7 +35,7 @@ SIZES = {
                   p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4),
 }
 METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand",
-           "replicas", "summaries")
+           "replicas", "summaries", "anatomy")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -204,6 +204,11 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
 
         results += guarded("summaries", lambda: node_summaries.run(1 if args.quick else 3,
                                                                   log=log))
+    if "anatomy" in only:  # issue 39: what the anatomy adds to verlprof report (no Ray)
+        from benchmarks import anatomy
+
+        results += guarded("anatomy", lambda: anatomy.run(1 if args.quick else 3,
+                                                          quick=args.quick, log=log))
     if "on-demand" in only:  # issue 28: no Ray (in-process ranks; nsys around a bare app)
         from benchmarks import on_demand
 

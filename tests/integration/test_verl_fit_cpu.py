@@ -206,6 +206,13 @@ def test_bridged_fit_profiles_the_training_rank_and_the_rollout_replica(ray_clus
     assert ("rollout_replicas", 0, "rollout", "generate") in phases
     assert ("global_pool", 0, "actor", "update_actor") in phases
     assert ("global_pool", 0, "rollout", "update_weights") in phases
+    # where each step went (issue 39): its rows add up to the step, the hybrid replica's
+    # weight hand-over is its own row, the replica's generation is beside them
+    assert summary.anatomy is not None and len(summary.anatomy.steps) == STEPS
+    for step in summary.anatomy.steps:
+        assert abs(sum(r.ns for r in step.rows()) - step.wall_ns) <= 0.02 * step.wall_ns
+        assert step.weight_sync_ns > 0, step
+        assert [(r.group, r.replica) for r in step.replicas] == [("rollout_replicas", 0)]
 
 
 @pytest.mark.parametrize("mode,tool", [("standalone", "torch"), ("colocated", "nsys")])

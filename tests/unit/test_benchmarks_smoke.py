@@ -133,7 +133,7 @@ def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
     assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace",
-                       "on-demand", "replicas", "summaries")
+                       "on-demand", "replicas", "summaries", "anatomy")
 
 
 def test_p5_result_compares_entry_and_exit_with_their_own_floors():

@@ -133,7 +133,7 @@ def run_report_command(args: argparse.Namespace) -> int:
 
             print(json.dumps(json_out.summary_json(summary), indent=2, ensure_ascii=False))
         else:
-            _trace(args, manifest)
+            _trace(args, manifest, summary)
         not_ok = [r for r in json_out.report_statuses(summary) if r["status"] != "ok"]
         if getattr(args, "strict", False) and not_ok:
             print(f"verlprof: report: --strict: {len(not_ok)} report(s) not ok (first: "
@@ -153,14 +153,18 @@ def run_report_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _trace(args: argparse.Namespace, manifest) -> None:
+def _trace(args: argparse.Namespace, manifest, summary=None) -> None:
     """The run's trace (its line states the clocks' largest error bound; see
-    :func:`~verlprof.trace.cli.trace_for_report` for when it is left as it is), or that bound
+    :func:`~verlprof.trace.cli.trace_for_report` for when it is left as it is), with an arrow
+    from each controller phase to its slowest rank's call, or that bound
     alone with ``--no-trace``; a trace that cannot be written never fails the report."""
+    from verlprof.report.anatomy import trace_links
     from verlprof.trace.cli import trace_for_report
     from verlprof.trace.clock import clock_summary
 
     if getattr(args, "trace", True):
-        trace_for_report(args.output_dir, manifest)
+        anatomy = getattr(summary, "anatomy", None)
+        trace_for_report(args.output_dir, manifest,
+                         links=trace_links(anatomy) if anatomy is not None else ())
     elif manifest is not None:
         print(clock_summary(manifest).line())

@@ -22,6 +22,7 @@ from verlprof.report.across_steps import (
     step_list,
     stragglers_by_rank,
 )
+from verlprof.report.anatomy_view import console_lines
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, per_rank_fits, step_tables
 from verlprof.report.next_steps import next_steps
@@ -72,6 +73,8 @@ def print_findings(summary: Summary, console: Console, per_step: Optional[bool] 
             tables = step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=False)
         for st in tables:
             _print_table(console, st, "  (ms)")
+    if s.anatomy is not None and s.anatomy.steps:
+        _print_anatomy(console, s, show_steps)
     rule = (f" (> {s.threshold:g}× the other ranks' median and ≥ {s.min_excess_ms:g} ms "
             "slower)")
     if s.stragglers and show_steps and len(s.stragglers) <= MAX_STRAGGLER_LINES:
@@ -108,6 +111,14 @@ def print_findings(summary: Summary, console: Console, per_step: Optional[bool] 
         _line(console, warning, lead=Text("warning: ", style="yellow"))
     for note in s.notes:
         _line(console, f"note: {note}")
+
+
+def _print_anatomy(console: Console, s: Summary, per_step: bool) -> None:
+    """Where each step went (≤ 80 columns; its names are visible already, never markup)."""
+    assert s.anatomy is not None
+    for text in console_lines(s.anatomy, per_step):
+        console.print(Text(text, style="bold" if not text.startswith(" ") else ""),
+                      soft_wrap=True)
 
 
 def print_files(summary: Summary, console: Console) -> None:

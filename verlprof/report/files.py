@@ -16,6 +16,7 @@ from collections import Counter
 from typing import List, Optional, Sequence
 
 from verlprof.report.across_steps import across_table, profiled_steps
+from verlprof.report.anatomy_view import md_tables
 from verlprof.report.findings import Summary
 from verlprof.report.matrix import StepTable, ms, per_rank_fits, step_tables
 from verlprof.safe_text import csv_cell, md_text
@@ -76,6 +77,20 @@ def _md_step(table: StepTable) -> List[str]:
     return [f"### {table.title}", ""] + _md_table(table.header, rows, numeric) + [""]
 
 
+def _md_anatomy(s: Summary) -> List[str]:
+    assert s.anatomy is not None
+    lines = ["## Where the step went", "",
+             "The rows of a step add up to its wall time, on the controller's clock. Per "
+             "controller phase: dispatch (its start to its slowest rank's start), compute "
+             "(that rank's call, skew = it minus the other ranks' median) and collect (that "
+             "rank's end to the phase's end); ctl only: its ranks were not profiled. Replica "
+             "lines run beside the steps, not in the sum.", ""]
+    for title, header, rows, extra in md_tables(s.anatomy):
+        lines += [f"### {md_text(title)}", ""] + _md_table(header, rows, (2, 3)) + [""]
+        lines += [f"- {md_text(x)}" for x in extra] + ([""] if extra else [])
+    return lines
+
+
 def render_md(summary: Summary) -> str:
     s = summary
     counts = Counter(entry.status for entry in s.manifest.reports)
@@ -103,6 +118,8 @@ def render_md(summary: Summary) -> str:
               "**bold!** = straggler.", ""]
     for table in step_tables(s.rows, s.spreads, s.stragglers, s.steps, per_rank=per_rank):
         lines += _md_step(table)
+    if s.anatomy is not None and s.anatomy.steps:
+        lines += _md_anatomy(s)
     lines += ["## Stragglers", "",
               f"Rule: slowest rank > {s.threshold:g} × median of the other ranks and at least "
               f"{s.min_excess_ms:g} ms slower.", ""]

@@ -4,9 +4,10 @@ the analyses fill and every output (console, files, pictures) renders."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from verlprof.manifest import Manifest
+from verlprof.report.anatomy import Anatomy
 from verlprof.report.model import PhaseRecord, Problem, StepSpan, Window
 from verlprof.report.stragglers import Straggler
 from verlprof.report.table import PhaseRow, Spread
@@ -39,3 +40,5 @@ class Summary:
     read_seconds: float = 0.0
     warnings: Tuple[str, ...] = ()
     """Range names that cannot be shown, and their stand-ins (printed as warnings)."""
+    anatomy: Optional[Anatomy] = None
+    """Where each step went (:mod:`verlprof.report.anatomy`)."""

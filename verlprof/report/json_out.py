@@ -11,7 +11,10 @@ as the reports wrote them (JSON escapes what needs escaping)::
                  "min_ms", "median_ms", "p95_ms", "max_ms", "slowest_rank"}, ...],
      "stragglers": [{"step", "group", "role", "phase", "rank", "ms", "others_median_ms",
                      "ratio"}, ...],
-     "threshold": 1.5, "min_excess_ms": 20.0, "files": {"summary.csv": path, ...}}
+     "threshold": 1.5, "min_excess_ms": 20.0, "files": {"summary.csv": path, ...},
+     "anatomy": {"schema_version": 1, "steps": [{"step", "wall_ms", "rows": [{"label",
+                 "part", "ms", "pct", "detail"}, ...], "phases", "replicas", ...}],
+                 "across": [{"label", "part", "median_ms", "worst_ms", "worst_step"}, ...]}}
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
+from verlprof.report.anatomy_view import anatomy_json
 from verlprof.report.findings import Summary
 
 SCHEMA_NAME = "verlprof.report"
@@ -68,4 +72,5 @@ def summary_json(summary: Summary) -> Dict[str, Any]:
             "output_dir": summary.output_dir, "run_id": summary.manifest.run_id,
             "ok": all(r["status"] == "ok" for r in reports), "reports": reports,
             "phases": phases, "stragglers": stragglers, "threshold": summary.threshold,
-            "min_excess_ms": summary.min_excess_ms, "files": dict(summary.paths)}
+            "min_excess_ms": summary.min_excess_ms, "files": dict(summary.paths),
+            "anatomy": None if summary.anatomy is None else anatomy_json(summary.anatomy)}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 from verlprof import paths
 from verlprof.manifest import Manifest, read_manifest
+from verlprof.report.anatomy import anatomize
 from verlprof.report.findings import Summary
 from verlprof.report.load import DEFAULT_EXPORT_TIMEOUT_S, IMPORT_THREAD, load
 from verlprof.report.model import LoadResult
@@ -139,7 +140,7 @@ def analyse(output_dir: str, manifest: Manifest, loaded: LoadResult,
         missing=loaded.problems, steps=loaded.steps, windows=loaded.windows,
         notes=loaded.notes, threshold=threshold, min_excess_ms=min_excess_ms,
         t0_ns=min(starts) if starts else 0, read_seconds=loaded.read_seconds,
-        warnings=loaded.warnings)
+        warnings=loaded.warnings, anatomy=anatomize(loaded.records, loaded.steps, manifest))
 
 
 def default_console() -> Console:

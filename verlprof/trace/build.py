@@ -13,12 +13,13 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.manifest import STATUS_MISSING, STATUS_OK, Manifest, ReportEntry, read_manifest
 from verlprof.safe_text import visible
 from verlprof.trace.clock import Alignment, Key, alignments, clock_summary
+from verlprof.trace.links import Link, write_links
 from verlprof.trace.part_files import Part, append_part, read_parts
 from verlprof.trace.tracks import Filters, ProcessTracks, TrackIds
 from verlprof.trace.writer import TraceWriter, Written
@@ -53,10 +54,12 @@ def _size(n: int) -> str:
 
 def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
                 out_path: Optional[str] = None, filters: Optional[Filters] = None,
-                timeout_s: float = 300.0, jobs: Optional[int] = None) -> TraceResult:
+                timeout_s: float = 300.0, jobs: Optional[int] = None,
+                links: Sequence[Link] = ()) -> TraceResult:
     """Write the trace of ``output_dir``'s run, reading ``jobs`` reports at once (default one
-    per core); raises ValueError for a directory without a readable manifest, OSError when
-    the trace cannot be written."""
+    per core), with ``links`` drawn as arrows (:mod:`verlprof.trace.links`); raises
+    ValueError for a directory without a readable manifest, OSError when the trace cannot be
+    written."""
     began = time.monotonic()
     manifest = read_manifest(output_dir) if manifest is None else manifest
     target = out_path or os.path.join(output_dir, paths.SUMMARY_DIR, TRACE_NAME)
@@ -67,7 +70,7 @@ def write_trace(output_dir: str, *, manifest: Optional[Manifest] = None,
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             writer = TraceWriter(handle)
             run = _Run(output_dir, manifest, writer, filters or Filters(), timeout_s)
-            gaps = run.write(handle, tmp, jobs)
+            gaps = run.write(handle, tmp, jobs, links)
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, target)
     except BaseException:
@@ -120,10 +123,13 @@ class _Run:
             spans[entry.steps] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
         return spans
 
-    def write(self, out: BinaryIO, prefix: str, jobs: Optional[int]) -> int:
-        """The header, the process tracks and the gaps here; the reports' events in parts
-        written side by side (:mod:`verlprof.trace.part_files`), joined in manifest order."""
+    def write(self, out: BinaryIO, prefix: str, jobs: Optional[int],
+              links: Sequence[Link] = ()) -> int:
+        """The header, the process tracks, the links and the gaps here; the reports' events
+        in parts written side by side (:mod:`verlprof.trace.part_files`), joined in manifest
+        order."""
         self._header()
+        write_links(links, dict(self.tracks))
         parts: List[Tuple[ReportEntry, Part]] = []
         for index, entry in enumerate(self.entries):
             part = self._entry(entry, f"{prefix}.{index}", index)

@@ -90,12 +90,13 @@ def add_trace_subcommand(subparsers) -> argparse.ArgumentParser:
 
 
 def trace_or_error(output_dir: str, filters: Filters, out: Optional[str] = None,
-                   manifest=None) -> Tuple[int, Optional[TraceResult]]:
+                   manifest=None, links=()) -> Tuple[int, Optional[TraceResult]]:
     """Write the trace and print its line; one line on stderr instead of a traceback."""
     from verlprof.trace.build import write_trace
 
     try:
-        result = write_trace(output_dir, manifest=manifest, out_path=out, filters=filters)
+        result = write_trace(output_dir, manifest=manifest, out_path=out, filters=filters,
+                             links=links)
     except ValueError as err:
         print(f"verlprof: trace: {visible(str(err))}", file=sys.stderr)
         return EXIT_USAGE, None
@@ -114,7 +115,7 @@ benchmark's 4 x 20 MB reports: 354 MiB, 6.4 M ranges, written in 4.5 s), so this
 report's trace under about 450 MB and its cost under a few seconds; docs/user_guide.md#sizes."""
 
 
-def trace_for_report(output_dir: str, manifest=None) -> None:
+def trace_for_report(output_dir: str, manifest=None, links=()) -> None:
     """The trace as ``verlprof report`` writes it: all of it, unless the run is too large
     for a trace nobody asked to filter (:data:`REPORT_TRACE_LIMIT_BYTES`) or the one there is
     newer than the manifest and every report (a second report of the same run rewrites
@@ -151,7 +152,7 @@ def trace_for_report(output_dir: str, manifest=None) -> None:
         print(f"trace: {visible(target)} (newer than the run's reports: kept; `verlprof "
               f"trace {shown}` writes it again)")
     else:
-        trace_or_error(output_dir, Filters(), manifest=manifest)
+        trace_or_error(output_dir, Filters(), manifest=manifest, links=links)
         return
     print(f"  {clock_summary(manifest).line()}")
 
