@@ -100,7 +100,7 @@ def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -
         rounds: Dict[int, List[float]] = {}
         for s in steps:
             if str(s) in times[key]:
-                rounds.setdefault((s - 1) // (2 * block), []).append(pick(times[key][str(s)]))
+                rounds.setdefault((s - 1) // block, []).append(pick(times[key][str(s)]))
         return [rounds[r] for r in sorted(rounds)]
 
     on = [times["on"][str(s)][1] for s in profiled]
