@@ -99,6 +99,12 @@ def ratios(top: Sequence[float], bottom: Sequence[float]) -> List[float]:
     return [a / b for a, b in zip(top, bottom) if b]
 
 
+def chunks(values: Sequence[float], size: int) -> List[List[float]]:
+    """``values`` cut into consecutive blocks of ``size`` (the last one may be shorter): many
+    short interleaved rounds become a few samples of a row."""
+    return [list(values[i:i + size]) for i in range(0, len(values), max(1, size))]
+
+
 def block_ratios(top: Sequence[Sequence[float]], bottom: Sequence[Sequence[float]]
                  ) -> List[float]:
     """Per block (or round) of several measurements a side: the ratio of the two medians."""

@@ -232,9 +232,11 @@ def run_child(ranks: int, finalize: bool) -> Dict[str, Any]:
 
 def run(log=print) -> List[Result]:
     children = {n: run_child(n, finalize=True) for n in SIZES}
+    rounds = [{n: dict(children[n]) for n in SIZES}]
     for _ in range(CHILD_ROUNDS - 1):  # interleaved; each N keeps its cheapest step
+        rounds.append({})
         for n in SIZES:
-            again = run_child(n, finalize=False)
+            again = rounds[-1][n] = run_child(n, finalize=False)
             for key in ("whole_step_s", "discrete_step_s"):
                 children[n][key] = min(children[n][key], again[key])
     bare = bare_ray_call_s()
@@ -246,13 +248,16 @@ def run(log=print) -> List[Result]:
         rows.append(Result(
             f"Controller per rank per step at N={SIZES[1]} ({mode}) vs one bare Ray call",
             per_rank / bare, PER_RANK_GOAL,
+            samples=[r[SIZES[1]][f"{mode}_step_s"] / SIZES[1] / bare for r in rounds],
             details=[f"N={n}: {children[n][f'{mode}_step_s'] * 1e3:.1f} ms CPU per step "
                      f"(least of {STEPS} x {CHILD_ROUNDS} processes; start + stop; median wall "
                      f"{children[n][f'{mode}_wall_s'] * 1e3:.1f} ms), "
                      f"{children[n][f'{mode}_step_s'] / n * 1e6:.2f} us per rank"
                      for n in SIZES] + [f"bare Ray actor call: {bare * 1e6:.0f} us"]))
         rows.append(Result(f"Controller step cost N={SIZES[1]} / N={SIZES[0]} ({mode})",
-                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)"))
+                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)",
+                           samples=[r[SIZES[1]][f"{mode}_step_s"] / r[SIZES[0]][f"{mode}_step_s"]
+                                    for r in rounds]))
     rows.append(Result(
         f"finalize + manifest.json at {large['manifest_entries']:,} entries", None, None,
         goal_text="reported",

@@ -197,6 +197,7 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
     channel = controller._on_demand.channel
     step = 0
     times: Dict[bool, List[float]] = {True: [], False: []}
+    blocks_of: Dict[bool, List[List[float]]] = {True: [], False: []}
     asked: List[str] = []
     stop = threading.Event()
 
@@ -216,12 +217,14 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
             if thread:
                 thread.start()
             end = time.perf_counter() + block_s
+            blocks_of[serving].append([])
             while time.perf_counter() < end:
                 step += 1
                 t0 = time.perf_counter_ns()
                 with controller.step(step):
                     _work(ranks, step)
                 times[serving].append(time.perf_counter_ns() - t0)
+                blocks_of[serving][-1].append(times[serving][-1])
             stop.set()
             if thread:
                 thread.join(deadline_s(10))
@@ -238,6 +241,8 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
     serving_row = Result(
         "on-demand: step time serving a request per second vs none (mean)",
         statistics.fmean(times[True]) / statistics.fmean(times[False]), SERVING_GOAL,
+        samples=[statistics.fmean(a) / statistics.fmean(b)
+                 for a, b in zip(blocks_of[True], blocks_of[False]) if a and b],
         details=[f"serving blocks: {spread(times[True])}, mean "
                  f"{statistics.fmean(times[True]) / 1e6:.2f} ms",
                  f"quiet blocks: {spread(times[False])}, mean "
@@ -250,6 +255,7 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
     latency_row = Result(
         "on-demand: request to its first window, in steps", median(latencies) / step_s,
         LATENCY_GOAL, goal_text=f"<= {LATENCY_GOAL:g} step",
+        samples=[latency / step_s for latency in latencies],
         details=[f"{len(latencies)} requests for next:1: median {median(latencies) * 1e3:.1f} ms"
                  f", max {max(latencies) * 1e3:.1f} ms; a quiet step {step_s * 1e3:.2f} ms"])
     return [serving_row, latency_row]

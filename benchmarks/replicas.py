@@ -28,7 +28,7 @@ from typing import Any, Dict, List
 from benchmarks.bounds import deadline_s, run_bounded
 from benchmarks.common import ROOT, Result, block_ratios, median, spread
 from benchmarks.p3_unselected import GOAL as P3_GOAL
-from benchmarks.p5_stall import stall
+from benchmarks.p5_stall import stall, stall_samples
 from benchmarks.replicas_app import RESULT
 
 REQUESTS = 8
@@ -87,7 +87,9 @@ def _p5(got: Dict[str, Any], floor: Dict[str, float], profiled: List[int],
     details += [f"problem: {p}" for p in problems]
     return Result("P5 replica: step time added by profiling (whole, stand-in rollout replica "
                   "under nsys) vs its goal", added.ratio if not problems else None, 1.0,
-                  details=details, note="; ".join(problems[:2]))
+                  details=details, note="; ".join(problems[:2]),
+                  samples=stall_samples(got["times"] | {"bare": got["bare"]}, floor, profiled,
+                                        unprofiled))
 
 
 def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -> Result:

@@ -254,3 +254,55 @@ def test_replicas_rows_from_a_run():
     got["manifest"]["processes"].append({"group": "rollout_replicas", "rank": 1,
                                          "under_profiler": True})
     assert replicas._p5(got, floor, profiled, unprofiled).verdict == "N/A"
+
+
+def test_p5_and_p2_rows_carry_their_rounds():
+    from benchmarks import p5_stall
+
+    steps = range(1, p5_stall.STEPS + 1)
+    got = {"enter": {s: (0.5 if s % 2 else 0.001) for s in steps},
+           "body": {s: 0.02 for s in steps},
+           "exit": {s: (0.003 if s % 2 else 0.001) for s in steps},
+           "bare": [0.001] * p5_stall.STEPS}
+    row = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, [])
+    assert row.samples == [pytest.approx(1.0)] * 4  # one per profiled step after the first
+    times = {n: {"verlprof": [1.2e6 * n] * 16, "bare": [1e6 * n] * 16} for n in (8, 32)}
+    idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
+    ratio, growth = p2_fanout._result([times], [idle] * 32)
+    assert ratio.samples == [pytest.approx(1.2)] * 2 and growth.samples == [pytest.approx(1.0)] * 2
+
+
+def test_build_plan_row_from_fixed_figures():
+    from benchmarks import controller_scale
+
+    got = {"costs": {"64": [[0.2, 10752], [0.25, 10752]], "512": [[1.7, 86016], [2.4, 86016]]},
+           "calls": {"64": 398_016, "512": 3_182_784}}
+    row = controller_scale.plan_row(got)
+    assert row.samples == [pytest.approx(8.5), pytest.approx(9.6)]
+    assert row.verdict == "WITHIN NOISE" and "7.997x" in row.details[-1]
+
+
+def test_gpu_rows_without_a_gpu_say_so_in_one_line(monkeypatch, capsys):
+    from benchmarks import __main__ as bench
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu, "missing", lambda: "no NVIDIA GPU on this machine (test)")
+    assert bench.main(["--only", "gpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "benchmarks --only gpu: not run: no NVIDIA GPU on this machine (test)"]
+
+
+def test_gpu_kernel_summary_csv_and_plan():
+    from benchmarks import gpu
+
+    text = ("Processing [x.sqlite] with [cuda_gpu_kern_sum.py]...\n"
+            "Time (%),Total Time (ns),Instances,Avg (ns),Name\n"
+            "60.0,600,3,200.0,gemm\n40.0,400,2,200.0,gelu\n")
+    rows = gpu._csv_rows(text)
+    assert [(r["Total Time (ns)"], r["Instances"]) for r in rows] == [("600", "3"), ("400", "2")]
+    assert gpu._csv_rows("no data") is None
+    plan = gpu.plan_for("nsys", range(11, 31), "/tmp/verlprof-bench-gpu-plan")
+    process = plan.process(gpu.GROUP, 0)
+    assert "--capture-range=cudaProfilerApi" in process.launch_argv
+    assert any(a.endswith("cuda,nvtx") for a in process.launch_argv)
+    assert len(process.windows) == 1
