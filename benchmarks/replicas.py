@@ -126,6 +126,14 @@ def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -
                f"{median(cpu_on) / median(cpu_off):.3f}x",
                f"selected replica 0 (context, the other core): on {selected['on'] * 1e3:.2f} "
                f"ms, off {selected['off'] * 1e3:.2f} ms"]
+    edges = [times["edges"][str(s)] for s in profiled if str(s) in times.get("edges", {})]
+    if edges and got.get("idle_cpu"):
+        cpu_s, wall_s = sum(e[0] for e in edges), sum(e[1] for e in edges)
+        details.append(f"while the controller opens and closes replica 0's windows "
+                       f"(begin_step, end_step: {wall_s / len(edges) * 1e3:.0f} ms a step) "
+                       f"replica 1's process uses {cpu_s / wall_s * 100:.2f}% of a core; idle, "
+                       f"{got['idle_cpu']['on'] * 100:.2f}% (ON) and "
+                       f"{got['idle_cpu']['off'] * 100:.2f}% (OFF)")
     return Result("P3 unselected replica (rollout replica 1) process CPU time per step, "
                   "profiling on vs off", median(pcpu_on) / median(pcpu_off), P3_GOAL,
                   details=details, samples=samples)

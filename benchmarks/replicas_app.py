@@ -141,19 +141,30 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
         generate_step(handles, f"{side}-warm", requests)
     times: Dict[str, Dict[int, Any]] = {key: {} for key in (
         "enter", "body", "exit", "on", "off", "cpu_on", "cpu_off", "pcpu_on", "pcpu_off",
-        "together")}
+        "together", "edges")}
     bare: List[float] = []
     done = {"on": 0, "off": 0}
 
-    def on_step(step: int, handles: Sequence[Any]) -> List[float]:
-        t0 = time.perf_counter()
+    def on_step(step: int, handles: Sequence[Any], unselected: Any = None) -> List[float]:
+        """One ON step; with ``unselected``, its CPU time is read around the generation (the
+        span OFF's reading covers) and around begin_step and end_step apart."""
+        probe = (lambda: cpu_now(unselected)) if unselected is not None else (lambda: None)
+        c0, t0 = probe(), time.perf_counter()
         bridge.begin_step(step)
+        ta = time.perf_counter()
+        c1 = probe()
         t1 = time.perf_counter()
         took = generate_step(handles, f"on-{step}", requests)
         t2 = time.perf_counter()
+        c2 = probe()
+        tb = time.perf_counter()
         bridge.end_step(step)
         t3 = time.perf_counter()
-        times["enter"][step], times["body"][step], times["exit"][step] = t1 - t0, t2 - t1, t3 - t2
+        c3 = probe()
+        times["enter"][step], times["body"][step], times["exit"][step] = ta - t0, t2 - t1, t3 - tb
+        if unselected is not None:
+            times["cpu_on"][step], times["pcpu_on"][step] = c2[0] - c1[0], c2[1] - c1[1]
+            times["edges"][step] = [c1[1] - c0[1] + c3[1] - c2[1], ta - t0 + t3 - tb]
         return took
 
     for index in range(rounds):
@@ -162,24 +173,30 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
                 done[side] += 1
                 step = done[side]
                 unselected = servers[side][1]
-                cpu = cpu_now(unselected)
-                if side == "off":
-                    times["off"][step] = generate_step(servers["off"], f"off-{step}", requests)
-                else:
-                    times["on"][step] = on_step(step, servers["on"])
+                if side == "on":
+                    times["on"][step] = on_step(step, servers["on"], unselected)
                     b0 = time.perf_counter()  # a bare round trip to the planned replica
                     ray.get(servers["on"][0].__ray_call__.remote(noop), timeout=60)
                     bare.append(time.perf_counter() - b0)
+                    continue
+                cpu = cpu_now(unselected)
+                times["off"][step] = generate_step(servers["off"], f"off-{step}", requests)
                 after = cpu_now(unselected)
-                times[f"cpu_{side}"][step] = after[0] - cpu[0]
-                times[f"pcpu_{side}"][step] = after[1] - cpu[1]
+                times["cpu_off"][step], times["pcpu_off"][step] = (after[0] - cpu[0],
+                                                                   after[1] - cpu[1])
+    # what an idle unselected replica's process uses per second, each side (Ray's own threads)
+    idle = {}
+    for side in ("on", "off"):
+        before, t0 = cpu_now(servers[side][1]), time.perf_counter()
+        time.sleep(2.0)
+        idle[side] = (cpu_now(servers[side][1])[1] - before[1]) / (time.perf_counter() - t0)
     # both sides at once: ON's step (its window open on the odd steps) sends its requests
     # together with OFF's, so each unselected replica has the same neighbours
     for _ in range(together):
         done["on"] += 1
         times["together"][done["on"]] = on_step(done["on"], [*servers["on"], *servers["off"]])
     manifest = bridge.finish()
-    return {"times": times, "bare": bare, "manifest": manifest.to_dict(),
+    return {"times": times, "bare": bare, "manifest": manifest.to_dict(), "idle_cpu": idle,
             "floor": _floor(bridge.plan, times, block, rounds * block, out)}
 
 
