@@ -165,7 +165,19 @@ def _together(got: Dict[str, Any], first: int, block: int) -> Result:
                            f"every step side by side, windows open or not: median of the step "
                            f"ratios {median(every):.3f}x over {len(steps)} steps",
                            f"selected replica 0 in the same steps: "
-                           f"{median([rows[s][0] for s in profiled]) * 1e3:.2f} ms"])
+                           f"{median([rows[s][0] for s in profiled]) * 1e3:.2f} ms"]
+                  + _together_cpu(got, profiled))
+
+
+def _together_cpu(got: Dict[str, Any], profiled: List[int]) -> List[str]:
+    """Both unselected replicas' process CPU over the same spans (begin_step to end_step)."""
+    cpu = {int(s): v for s, v in got["times"].get("together_cpu", {}).items()}
+    pairs = [cpu[s] for s in profiled if s in cpu]
+    if not pairs:
+        return []
+    on, off = median([p[0] for p in pairs]), median([p[1] for p in pairs])
+    return [f"process CPU over the same spans: on {on * 1e3:.2f} ms, off {off * 1e3:.2f} ms = "
+            f"{on / off:.3f}x"]
 
 
 def _ms(seconds: List[float]) -> str:

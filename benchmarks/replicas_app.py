@@ -141,7 +141,7 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
         generate_step(handles, f"{side}-warm", requests)
     times: Dict[str, Dict[int, Any]] = {key: {} for key in (
         "enter", "body", "exit", "on", "off", "cpu_on", "cpu_off", "pcpu_on", "pcpu_off",
-        "together", "edges")}
+        "together", "together_cpu", "edges")}
     bare: List[float] = []
     done = {"on": 0, "off": 0}
 
@@ -194,7 +194,11 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
     # together with OFF's, so each unselected replica has the same neighbours
     for _ in range(together):
         done["on"] += 1
+        pair = [servers["on"][1], servers["off"][1]]
+        before = [cpu_now(s)[1] for s in pair]
         times["together"][done["on"]] = on_step(done["on"], [*servers["on"], *servers["off"]])
+        # each unselected replica's process CPU over the same span (begin_step to end_step)
+        times["together_cpu"][done["on"]] = [cpu_now(s)[1] - b for s, b in zip(pair, before)]
     manifest = bridge.finish()
     return {"times": times, "bare": bare, "manifest": manifest.to_dict(), "idle_cpu": idle,
             "floor": _floor(bridge.plan, times, block, rounds * block, out)}
