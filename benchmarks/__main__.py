@@ -3,9 +3,12 @@
 Each metric is a ratio measured side by side in this run (interleaved, medians); the goals
 are the issue's. A MISS is printed, never turned into a failing exit code: a benchmark reports,
 it does not gate. ``--quick`` shrinks every size (a smoke run, figures not meaningful);
-``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas,summaries,anatomy``
+``--only p1,p2,p3,p4,p5,memory,scale,controller,trace,on-demand,replicas,summaries,anatomy,gpu``
 runs a subset (``replicas``: P5 and P3 on verl's rollout replicas, :mod:`benchmarks.replicas`;
-``summaries``: reports summarised on their nodes, :mod:`benchmarks.node_summaries`). ``p4``
+``summaries``: reports summarised on their nodes, :mod:`benchmarks.node_summaries`; ``anatomy``:
+what the step anatomy adds to ``verlprof report``, :mod:`benchmarks.anatomy`; ``gpu``: a CUDA
+training loop under nsys and the torch profiler, :mod:`benchmarks.gpu`, one line saying why not
+on a machine without an NVIDIA GPU). ``--large`` adds P4 on 100 MB reports. ``p4``
 includes P4 at report sizes of about 1, 20 and 100 MB (:mod:`benchmarks.p4_scale`) and on 5 M
 synthetic kernels (:mod:`benchmarks.p4_gpu`), their inputs made once and cached under
 ``~/.cache/verlprof-bench``.
@@ -21,7 +24,7 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 from benchmarks.bounds import RUN_ENV, Stalled, end_marked
 from benchmarks.common import Result, machine
@@ -29,13 +32,17 @@ from benchmarks.common import Result, machine
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
                  p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=6, p3_block=12,
-                 p4_rounds=5, scale_rounds=3, replica_rounds=4, replica_block=8),
+                 p3_together=36,
+                 p4_rounds=3, scale_rounds=3, replica_rounds=4, replica_block=8,
+                 replica_together=16),
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5,
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
-                  p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4),
+                  p3_together=8,
+                  p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4,
+                  replica_together=6),
 }
 METRICS = ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace", "on-demand",
-           "replicas", "summaries", "anatomy")
+           "replicas", "summaries", "anatomy", "gpu")
 P4_PARTS = ("p4-report", "p4-scale", "p4-gpu")
 """``--only`` may name one part of p4: the report on the demo's run (Ray), the report sizes,
 the GPU reader."""
@@ -78,6 +85,10 @@ def _exit_now(signum: int) -> None:
     os._exit(128 + signum)
 
 
+PART_SECONDS: Dict[str, float] = {}
+"""Seconds each guarded part took in this run (printed at the end: what a full run costs)."""
+
+
 def log(line: str) -> None:
     print(line, flush=True)
 
@@ -97,25 +108,43 @@ def guarded(name: str, action: Callable[[], List[Result]]) -> List[Result]:
                           failure=f"{type(err).__name__}: {err}"[:300])]
     for result in results:
         print(result.line(), *result.details, sep="\n    ", flush=True)
-    log(f"  ({name}: {time.perf_counter() - began:.0f} s)")
+    took = time.perf_counter() - began
+    PART_SECONDS[name] = PART_SECONDS.get(name, 0.0) + took
+    log(f"  ({name}: {took:.0f} s)")
     return results
 
 
 def table(results: List[Result]) -> str:
-    rows = [("metric", "ratio", "goal", "verdict")]
+    rows = [("metric", "ratio", "min / median / max (rounds)", "goal", "verdict")]
     for r in results:
-        rows.append((r.metric, "n/a" if r.ratio is None else f"{r.ratio:.3f}x",
+        rows.append((r.metric, r.ratio_text, r.spread_text,
                      r.goal_text or ("none" if r.goal is None else f"<= {r.goal:g}x"),
                      r.verdict))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
+def summary(results: List[Result]) -> str:
+    """The closing line: rows, misses, rows within their noise."""
+    misses = [r.metric.split(" ")[0] for r in results
+              if r.verdict in ("MISS", "N/A") or r.failure]
+    noisy = [r.metric.split(" ")[0] for r in results if r.verdict == "WITHIN NOISE"]
+    return (f"{len(results)} rows, {len(misses)} MISS, FAIL or not measured"
+            + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
+            + f"; {len(noisy)} WITHIN NOISE"
+            + (f": {', '.join(dict.fromkeys(noisy))}" if noisy else ""))
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only make what later runs reuse (the peer env, the cached report "
+                        "sets), then exit: a timed run then measures, it does not build")
+    parser.add_argument("--large", action="store_true",
+                        help="P4 on 100 MB reports too (its set takes ~14 min to make once)")
     parser.add_argument("--only", default=",".join(METRICS),
                         help=f"comma-separated subset of {','.join(METRICS + P4_PARTS)}")
     args = parser.parse_args(argv)
@@ -126,6 +155,15 @@ def main(argv: List[str]) -> int:
                      f"{','.join(METRICS + P4_PARTS)}")
     if "p4" in only:
         only |= set(P4_PARTS)
+    if args.prepare:
+        return prepare(args.large)
+    if only == {"gpu"}:  # no GPU: one line, nothing started
+        from benchmarks import gpu
+
+        reason = gpu.missing()
+        if reason:
+            print(f"benchmarks --only gpu: not run: {reason}", flush=True)
+            return 0
     # every process this run starts (Ray's, nsys' agents) carries it: ended by pid at the end
     # (new each run: never one that a parent of this process carries)
     os.environ[RUN_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -179,15 +217,23 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         from benchmarks import replicas
 
         results += guarded("replicas", lambda: replicas.run(
-            size["replica_rounds"], size["replica_block"], log=log))
+            size["replica_rounds"], size["replica_block"], size["replica_together"], log=log))
     quick = args.quick
     if "p4-scale" in only:  # P4 at report sizes of 1-100 MB: no Ray needed
         from benchmarks import p4_scale
 
-        if quick and not os.environ.get(p4_scale.SIZES_ENV):
+        saved = os.environ.get(p4_scale.SIZES_ENV)
+        if quick and not saved:
             os.environ[p4_scale.SIZES_ENV] = "1"
-        results += p4_scale.run(1 if quick else 3, 1, log=log, wide_set=not quick,
-                                guarded=guarded)
+        elif args.large and not saved:
+            os.environ[p4_scale.SIZES_ENV] = ",".join(
+                str(s) for s in (*p4_scale.DEFAULT_SIZES, max(p4_scale.SIZES_MB)))
+        try:
+            results += p4_scale.run(1 if quick else 3, 1, log=log, wide_set=not quick,
+                                    guarded=guarded)
+        finally:  # the trace's sizes stay the default ones
+            if saved is None:
+                os.environ.pop(p4_scale.SIZES_ENV, None)
     if "p4-gpu" in only:  # P4 on 5 M kernels
         from benchmarks import p4_gpu
 
@@ -219,14 +265,47 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         results += guarded("on-demand serving", lambda: on_demand.run_serving(
             blocks=2 if quick else 8, block_s=2.0 if quick else 6.0, probes=2 if quick else 6,
             log=log))
+    if "gpu" in only:  # issue 38: a CUDA training loop under nsys and the torch profiler
+        from benchmarks import gpu
+
+        reason = gpu.missing()
+        if reason:
+            log(f"gpu: not run: {reason}")
+        else:
+            results += guarded("GPU", lambda: gpu.run(rounds=1 if quick else 2,
+                                                      steps=12 if quick else 30,
+                                                      warmup=4 if quick else 10, log=log))
     log("")
     log(table(results))
-    misses = [r.metric.split(" ")[0] for r in results
-              if r.verdict in ("MISS", "N/A") or r.failure]
-    log(f"\n{len(results)} rows, {len(misses)} MISS, FAIL or not measured"
-        + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
+    log("\n" + summary(results)
         + f"; total {time.perf_counter() - began:.0f} s; load average at the end: {_load()}")
+    log("seconds per part: " + ", ".join(f"{k} {v:.0f}" for k, v in PART_SECONDS.items()))
     return 0
+
+
+def prepare(large: bool) -> int:
+    """``--prepare``: the peer env and every cached input of the rows (made once, reused by
+    every later run), each with the seconds it took; no row is measured."""
+    from benchmarks import p4_gpu, p4_sizes
+    from benchmarks.peer import ensure_peer
+
+    steps: List[tuple] = [("peer env (benchmarks/.venv-peer)", lambda: ensure_peer(log=log))]
+    steps += [(f"P4 set of {mb} MB reports", lambda mb=mb: p4_sizes.ensure(mb, log=log))
+              for mb in ((1, 20, 100) if large else (1, 20))]
+    steps += [("P4 set of 16 x 200,000 ranges", lambda: p4_sizes.ensure_wide(log=log)),
+              ("P4 GPU's 5 M kernels", lambda: _gpu_input(p4_gpu, p4_sizes))]
+    for name, action in steps:
+        began = time.perf_counter()
+        action()
+        log(f"prepared: {name} ({time.perf_counter() - began:.0f} s)")
+    return 0
+
+
+def _gpu_input(p4_gpu, p4_sizes) -> None:
+    path = os.path.join(p4_sizes.cache_root(), f"gpu_{p4_gpu.N_BENCH}.sqlite")
+    if not os.path.isfile(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        p4_gpu.build(path, p4_gpu.N_BENCH)
 
 
 def _load() -> str:
@@ -263,8 +342,9 @@ def _ray_metrics(only, size) -> List[Result]:
     if "p3" in only:
         from benchmarks import p3_unselected
 
-        results += guarded("P3", lambda: [p3_unselected.run(
-            size["p3_blocks"], size["p3_block"], demo=runs, log=log)])
+        results += guarded("P3", lambda: p3_unselected.run(
+            size["p3_blocks"], size["p3_block"], together=size["p3_together"], demo=runs,
+            log=log))
     if "p4-report" in only:
         from benchmarks import p4_report
 

@@ -50,7 +50,8 @@ def measure(folder: str, label: str, rounds: int, log=print) -> Result:
                   added / max(report - added, 1e-9), GOAL,
                   details=[f"{len(loaded.records):,} phase records, {len(loaded.steps)} steps: "
                            f"anatomize {added * 1e3:.1f} ms (median of {rounds}), verlprof "
-                           f"report --no-trace warm {report:.2f} s"])
+                           f"report --no-trace warm {report:.2f} s"],
+                  samples=[a / max(r - a, 1e-9) for r, a in zip(reports, anatomies)])
 
 
 def sets(quick: bool, log=print) -> List[Tuple[str, str]]:
@@ -84,7 +85,8 @@ def at_scale(rounds: int, ranks: int, log=print) -> Result:
                   added / max(report - added, 1e-9), GOAL,
                   details=[f"{len(load.records):,} phase records, {len(load.steps)} steps: "
                            f"anatomize {added * 1e3:.0f} ms, the report after reading "
-                           f"{report:.2f} s (medians of {rounds})"])
+                           f"{report:.2f} s (medians of {rounds})"],
+                  samples=[a / max(r, 1e-9) for r, a in zip(rest, anatomies)])
 
 
 def run(rounds: int = 3, quick: bool = False, log=print) -> List[Result]:

@@ -2,7 +2,9 @@
 no Ray, timed per step. ``argv``: steps, then optionally a pickled
 :class:`~verlprof.plan_model.ProcessPlan` (an armed rank's: installed as the controller
 would, so each phase is an NVTX range like in a real armed rank; without it the rank is
-unprofiled, as in a run with nothing armed). Prints ``step <ns>`` per step."""
+unprofiled, as in a run with nothing armed). Prints ``step <wall ns> <CPU ns>`` per step: the
+CPU time is the whole process's (every thread, nsys' injected ones included) from the end of
+the previous step to the end of this one."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ worker = workers.ActorRolloutRefWorker(0)
 if len(sys.argv) > 2:
     with open(sys.argv[2], "rb") as handle:
         worker.verlprof_configure(pickle.load(handle))
+cpu = time.process_time_ns()
 for step in range(1, STEPS + 1):
     prompts = torch.randint(0, workers.VOCAB, (BATCH, 4),
                             generator=torch.Generator().manual_seed(step))
@@ -29,6 +32,7 @@ for step in range(1, STEPS + 1):
     old = worker.compute_log_prob(seqs)
     worker.compute_ref_log_prob(seqs)
     worker.update_actor(seqs, old, torch.randn(BATCH))
-    print(f"step {time.perf_counter_ns() - t0}", flush=True)
+    wall, cpu_before, cpu = time.perf_counter_ns() - t0, cpu, time.process_time_ns()
+    print(f"step {wall} {cpu - cpu_before}", flush=True)
 if worker._verlprof_session is not None:
     worker._verlprof_session.finalize(timeout_s=5)

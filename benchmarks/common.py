@@ -23,9 +23,22 @@ DEMO_CONFIG = os.path.join(ROOT, "trainer_configs", "ppo_trainer.yaml")
 """The demo's shipped config: every demo-based metric starts from it."""
 
 
+VERDICTS = ("PASS", "MISS", "WITHIN NOISE", "INFO", "N/A", "FAIL")
+"""The verdicts a row can carry (``FAIL`` with its reason in brackets)."""
+
+
 @dataclass
 class Result:
-    """One row of the final table."""
+    """One row of the final table.
+
+    A row is built by keyword: ``metric`` (what is compared), ``ratio`` (the headline figure,
+    usually the ratio of the two sides' medians), ``goal`` (the ratio must be at most this;
+    None: an INFO row) and ``samples``, the ratio once per round (or block) of the run, so that
+    the row shows its own noise: the table prints ``min / median / max`` of the samples, and
+    when the goal lies inside that spread the verdict is ``WITHIN NOISE`` rather than PASS or
+    MISS (one more round could land either side). A row without samples (one round, or a
+    figure that has no rounds) is judged on ``ratio`` alone.
+    """
 
     metric: str
     ratio: Optional[float]
@@ -38,22 +51,64 @@ class Result:
     note: str = ""
     failure: str = ""
     """Why the row could not be measured: a wait expired or a step failed (``FAIL (why)``)."""
+    samples: List[float] = field(default_factory=list)
+    """The ratio per round (or block), for the spread and the noise verdict."""
+    not_run: str = ""
+    """Left out of this run on purpose, and how to run it (``--large``): the verdict says so
+    instead of ``N/A``."""
 
     @property
     def verdict(self) -> str:
         if self.failure:
             return f"FAIL ({self.failure})"
+        if self.not_run:
+            return f"NOT RUN ({self.not_run})"
         if self.ratio is None:
             return "N/A"
         if self.goal is None:
             return "INFO"
+        if len(self.samples) >= 2 and min(self.samples) <= self.goal < max(self.samples):
+            return "WITHIN NOISE"
         return "PASS" if self.ratio <= self.goal else "MISS"
 
+    @property
+    def spread_text(self) -> str:
+        """``min / median / max (n)`` of the samples; ``-`` without them."""
+        if not self.samples:
+            return "-"
+        return (f"{min(self.samples):.3f} / {median(self.samples):.3f} / "
+                f"{max(self.samples):.3f} (n={len(self.samples)})")
+
+    @property
+    def ratio_text(self) -> str:
+        if self.ratio is None:
+            return "-" if self.not_run else "n/a"
+        return f"{self.ratio:.3f}x"
+
     def line(self) -> str:
-        ratio = "n/a" if self.ratio is None else f"{self.ratio:.3f}x"
+        ratio = self.ratio_text
         goal = self.goal_text or ("none" if self.goal is None else f"<= {self.goal:g}x")
+        spread_part = f"  spread {self.spread_text}" if self.samples else ""
         tail = f"  ({self.note})" if self.note else ""
-        return f"{self.metric}: {ratio}  goal {goal}  {self.verdict}{tail}"
+        return f"{self.metric}: {ratio}{spread_part}  goal {goal}  {self.verdict}{tail}"
+
+
+def ratios(top: Sequence[float], bottom: Sequence[float]) -> List[float]:
+    """Round by round ``top[i] / bottom[i]`` (the samples of a row whose two sides were
+    measured once per round, interleaved)."""
+    return [a / b for a, b in zip(top, bottom) if b]
+
+
+def chunks(values: Sequence[float], size: int) -> List[List[float]]:
+    """``values`` cut into consecutive blocks of ``size`` (the last one may be shorter): many
+    short interleaved rounds become a few samples of a row."""
+    return [list(values[i:i + size]) for i in range(0, len(values), max(1, size))]
+
+
+def block_ratios(top: Sequence[Sequence[float]], bottom: Sequence[Sequence[float]]
+                 ) -> List[float]:
+    """Per block (or round) of several measurements a side: the ratio of the two medians."""
+    return [median(a) / median(b) for a, b in zip(top, bottom) if a and b and median(b)]
 
 
 def median(values: Sequence[float]) -> float:

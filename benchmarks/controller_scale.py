@@ -22,7 +22,7 @@ import tracemalloc
 from typing import Any, Dict, List, Tuple
 
 from benchmarks.bounds import deadline_s, ray_get, run_bounded
-from benchmarks.common import ROOT, Result, median, peak_rss_kib, run_standalone
+from benchmarks.common import ROOT, Result, median, peak_rss_kib, ratios, run_standalone
 
 SIZES = (1024, 8192)
 STEPS = 3
@@ -31,7 +31,7 @@ other processes on a shared machine only add to it, through caches and frequency
 PER_RANK_GOAL = 0.1
 """The controller's own cost per rank per step <= this x one bare Ray actor call."""
 LINEAR_GOAL = 8.8
-PLAN_ROUNDS = 3
+PLAN_ROUNDS = 5
 CHILD_ROUNDS = 3
 """Processes per N, interleaved: a few seconds of interference from other work on a shared
 machine then spoil one of them, not the ratio."""
@@ -128,35 +128,67 @@ def child(ranks: int, finalize: bool = True) -> Dict[str, Any]:
     return out
 
 
-def plan_cost(nodes: int) -> Tuple[float, int]:
-    """``build_plan`` for ``nodes`` x 8 GPUs, every component, discrete: CPU seconds (no
-    tracing on: tracemalloc slows each allocation, more so as the heap grows), reports."""
-    t0 = time.process_time()
-    plan = _plan(nodes * 8, "/tmp/verlprof-bench-plan", discrete=True, all_components=True)
-    return time.process_time() - t0, len(plan.reports)
+def plan_cost(nodes: int, repeat: int = 1) -> Tuple[float, int]:
+    """``build_plan`` for ``nodes`` x 8 GPUs, every component, discrete, ``repeat`` times:
+    CPU seconds per plan (no tracing on: tracemalloc slows each allocation, more so as the
+    heap grows), reports."""
+    t0, reports = time.process_time(), 0
+    for _ in range(repeat):
+        reports = len(_plan(nodes * 8, "/tmp/verlprof-bench-plan", discrete=True,
+                            all_components=True).reports)
+    return (time.process_time() - t0) / repeat, reports
 
 
-def plan_costs(rounds: int = PLAN_ROUNDS) -> Dict[int, Tuple[float, int]]:
-    """64 and 512 nodes, interleaved, the least CPU time of each."""
+def plan_costs(rounds: int = PLAN_ROUNDS) -> Dict[int, List[Tuple[float, int]]]:
+    """64 and 512 nodes, interleaved; in each round the small plan is built 8 times (per
+    plan: the mean), so that both sides take about as long and one slow moment of a shared
+    machine does not fall on a 0.15 s measurement alone."""
     plans: Dict[int, List[Tuple[float, int]]] = {64: [], 512: []}
     for _ in range(rounds):
         for nodes in plans:
-            plans[nodes].append(plan_cost(nodes))
+            plans[nodes].append(plan_cost(nodes, repeat=512 // nodes))
             gc.collect()
-    return {nodes: min(runs) for nodes, runs in plans.items()}
+    return plans
 
 
-def plan_costs_in_child() -> Dict[int, Tuple[float, int]]:
-    """:func:`plan_costs` in a fresh process, as a trainer's driver plans: the benchmark
-    runner's own heap (Ray, the earlier metrics) would be scanned by every collection the
-    large plan sets off."""
+def plan_calls(nodes: int) -> int:
+    """Python function calls one ``build_plan`` of ``nodes`` x 8 GPUs makes (cProfile): a
+    count no other process moves, so it tells linear work from a noisy clock."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.runcall(_plan, nodes * 8, "/tmp/verlprof-bench-plan", True, True)
+    return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+
+
+def plan_costs_in_child() -> Dict[str, Any]:
+    """:func:`plan_costs` and :func:`plan_calls` in a fresh process, as a trainer's driver
+    plans: the benchmark runner's own heap (Ray, the earlier metrics) would be scanned by every
+    collection the large plan sets off."""
     done = run_bounded("controller-plans", [sys.executable, "-m", "benchmarks.controller_scale",
                                             "--plans"], deadline_s(300),
                        "build_plan in a child", cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"build_plan: {done.stderr[-400:]}")
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    return {int(nodes): (float(s), int(r)) for nodes, (s, r) in got.items()}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def plan_row(got: Dict[str, Any]) -> Result:
+    """The growth row from :func:`plan_costs_in_child`'s figures: median CPU per plan, one
+    sample per round, the call counts beside them."""
+    cost = {int(n): runs for n, runs in got["costs"].items()}
+    calls = {int(n): c for n, c in got["calls"].items()}
+    secs = {n: [s for s, _ in runs] for n, runs in cost.items()}
+    return Result(
+        "build_plan 512 x 8 GPUs / 64 x 8 (every component, 3 steps, discrete)",
+        median(secs[512]) / median(secs[64]), LINEAR_GOAL, goal_text="<= 8.8x (linear: 8x)",
+        samples=ratios(secs[512], secs[64]),
+        details=[f"{nodes} nodes: {median(s):.3f} s CPU per plan (median of {len(s)} rounds, "
+                 f"min {min(s):.3f}), {cost[nodes][0][1]:,} reports, {calls[nodes]:,} Python "
+                 "calls" for nodes, s in secs.items()]
+        + [f"Python calls 512 / 64: {calls[512] / calls[64]:.3f}x (the work is linear when "
+           "this is 8)"])
 
 
 def plan_memory(nodes: int) -> float:
@@ -200,9 +232,11 @@ def run_child(ranks: int, finalize: bool) -> Dict[str, Any]:
 
 def run(log=print) -> List[Result]:
     children = {n: run_child(n, finalize=True) for n in SIZES}
+    rounds = [{n: dict(children[n]) for n in SIZES}]
     for _ in range(CHILD_ROUNDS - 1):  # interleaved; each N keeps its cheapest step
+        rounds.append({})
         for n in SIZES:
-            again = run_child(n, finalize=False)
+            again = rounds[-1][n] = run_child(n, finalize=False)
             for key in ("whole_step_s", "discrete_step_s"):
                 children[n][key] = min(children[n][key], again[key])
     bare = bare_ray_call_s()
@@ -214,13 +248,16 @@ def run(log=print) -> List[Result]:
         rows.append(Result(
             f"Controller per rank per step at N={SIZES[1]} ({mode}) vs one bare Ray call",
             per_rank / bare, PER_RANK_GOAL,
+            samples=[r[SIZES[1]][f"{mode}_step_s"] / SIZES[1] / bare for r in rounds],
             details=[f"N={n}: {children[n][f'{mode}_step_s'] * 1e3:.1f} ms CPU per step "
                      f"(least of {STEPS} x {CHILD_ROUNDS} processes; start + stop; median wall "
                      f"{children[n][f'{mode}_wall_s'] * 1e3:.1f} ms), "
                      f"{children[n][f'{mode}_step_s'] / n * 1e6:.2f} us per rank"
                      for n in SIZES] + [f"bare Ray actor call: {bare * 1e6:.0f} us"]))
         rows.append(Result(f"Controller step cost N={SIZES[1]} / N={SIZES[0]} ({mode})",
-                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)"))
+                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)",
+                           samples=[r[SIZES[1]][f"{mode}_step_s"] / r[SIZES[0]][f"{mode}_step_s"]
+                                    for r in rounds]))
     rows.append(Result(
         f"finalize + manifest.json at {large['manifest_entries']:,} entries", None, None,
         goal_text="reported",
@@ -228,13 +265,10 @@ def run(log=print) -> List[Result]:
                  f"{large['manifest_bytes'] / 2**20:.1f} MiB, reload {large['reload_s']:.2f} s",
                  f"controller peak RSS: N={SIZES[0]} {small['peak_rss_mb']:.0f} MB, "
                  f"N={SIZES[1]} {large['peak_rss_mb']:.0f} MB"]))
-    cost = plan_costs_in_child()
-    rows.append(Result(
-        "build_plan 512 x 8 GPUs / 64 x 8 (every component, 3 steps, discrete)",
-        cost[512][0] / cost[64][0], 8.8, goal_text="<= 8.8x (linear: 8x)",
-        details=[f"{nodes} nodes: {s:.2f} s CPU (least of {PLAN_ROUNDS}), "
-                 f"{plan_memory(nodes):.0f} MiB allocated at peak, {r:,} reports"
-                 for nodes, (s, r) in cost.items()]))
+    plan = plan_row(plan_costs_in_child())
+    plan.details += [f"{nodes} nodes: {plan_memory(nodes):.0f} MiB allocated at peak"
+                     for nodes in (64, 512)]
+    rows.append(plan)
     for row in rows:
         log(row.line())
     return rows
@@ -242,7 +276,7 @@ def run(log=print) -> List[Result]:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--plans"]:
-        print(json.dumps(plan_costs()))
+        print(json.dumps({"costs": plan_costs(), "calls": {n: plan_calls(n) for n in (64, 512)}}))
     elif len(sys.argv) >= 3 and sys.argv[1] == "--child":
         print(json.dumps(child(int(sys.argv[2]), finalize="--no-finalize" not in sys.argv)))
     else:

@@ -31,8 +31,10 @@ TIMES_DIR = os.path.join(WORK_DIR, "rank_times")
 
 class TimedActorRolloutRefWorker(ActorRolloutRefWorker):
     """The demo's hybrid worker; per step (ending with ``update_actor``) it appends the wall
-    and CPU nanoseconds spent in its four phases to ``TIMES_DIR/rank<r>_<pid>.txt``. The
-    timing sits outside ``annotate`` and costs the same in both runs."""
+    and CPU nanoseconds spent in its four phases, then the process's CPU time so far (every
+    thread of it: Ray's, verlprof's, nsys' injection if any) and the wall clock, to
+    ``TIMES_DIR/rank<r>_<pid>.txt``. The timing sits outside ``annotate`` and costs the same
+    in both runs."""
 
     _wall = _cpu = 0
 
@@ -66,7 +68,8 @@ class TimedActorRolloutRefWorker(ActorRolloutRefWorker):
         finally:
             os.makedirs(TIMES_DIR, exist_ok=True)
             with open(os.path.join(TIMES_DIR, f"rank{self.rank}_{os.getpid()}.txt"), "a") as f:
-                f.write(f"{self._wall} {self._cpu}\n")
+                f.write(f"{self._wall} {self._cpu} {time.process_time_ns()} "
+                        f"{time.perf_counter_ns()}\n")
             self._wall = self._cpu = 0
 
 
@@ -137,8 +140,8 @@ def run_once(on: bool, steps: int, output_dir: str) -> DemoRun:
 
 
 def read_times(who: Dict[Any, Dict[str, Any]], rank: int) -> List[tuple]:
-    """(wall ns, CPU ns) per step of ``rank`` of the hybrid group (``who``: identities by
-    (group, rank), from ``verlprof_status``)."""
+    """(wall ns, CPU ns in the phases, process CPU ns so far, clock ns) per step of ``rank``
+    of the hybrid group (``who``: identities by (group, rank), from ``verlprof_status``)."""
     path = os.path.join(TIMES_DIR, f"rank{rank}_{who[(GROUP, rank)]['pid']}.txt")
     if not os.path.exists(path):
         return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from benchmarks.common import Result, median
+from benchmarks.common import Result, median, ratios
 from benchmarks.demo_runs import DemoRun
 
 
@@ -24,6 +24,7 @@ def result(runs: Sequence[DemoRun]) -> Result:
     total = sum(r.reports for r in runs if r.on)
     return Result(
         metric, median(on) / median(off), None, goal_text="none (reported)",
+        samples=ratios(on, off),
         details=[f"on: {median(on) / 1024:.1f} MiB (runs: "
                  f"{', '.join(f'{v / 1024:.1f}' for v in on)}); off: {median(off) / 1024:.1f} "
                  f"MiB (runs: {', '.join(f'{v / 1024:.1f}' for v in off)}); "

@@ -131,14 +131,16 @@ def run(rounds: int = 3, log=print) -> List[Result]:
     return [
         Result(f"summaries: head CPU of verlprof report, {MANY} vs 4 reports", head, HEAD_GOAL,
                details=[f"CPU s (process + children), 4 reports: "
-                        f"{_list(cpu['4'])}; {MANY}: {_list(cpu['64'])}"]),
+                        f"{_list(cpu['4'])}; {MANY}: {_list(cpu['64'])}"],
+               samples=[m / f for m, f in zip(cpu["64"], cpu["4"])]),
         Result("summaries: bytes the head receives per report / report size (20 MB)", share,
                BYTES_GOAL, goal_text=f"<= {BYTES_GOAL:g} (1%)", note=f"{share:.4%} of a report",
                details=["per report: " + ", ".join(
                    f"{received[p]:,} B of {sizes[p] / 1e6:.1f} MB" for p in sorted(sizes))]),
         Result("summaries: second verlprof report / cold, unchanged dir (20 MB)", second,
                SECOND_GOAL, details=[f"wall s, cold: {_list(walls['cold'])}; second: "
-                                     f"{_list(walls['second'])}"]),
+                                     f"{_list(walls['second'])}"],
+               samples=[b / a for a, b in zip(walls["cold"], walls["second"])]),
     ]
 
 

@@ -21,7 +21,7 @@ import timeit
 from typing import Dict, List
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import ROOT, Result, interleave, median
+from benchmarks.common import ROOT, Result, interleave, median, ratios
 from verlprof.worker import ProfilingWorkerMixin, annotate
 
 PEER_GOAL = 1 / 20
@@ -73,6 +73,7 @@ def run(number: int = 1_000_000, rounds: int = 9) -> Result:
     between = med["off_configured"] / med["bare"]
     return Result(
         "P1 annotate, profiling off (unselected rank) vs bare method", ratio, None,
+        samples=ratios(times["off_unselected"], times["bare"]),
         details=[
             f"bare method: {med['bare']:.1f} ns/call; annotated, unselected rank: "
             f"{med['off_unselected']:.1f} ns/call (+{med['off_unselected'] - med['bare']:.1f} "
@@ -103,11 +104,12 @@ def _verl_worker():
     return VerlWorker()
 
 
-def child(number: int, rounds: int) -> Dict[str, float]:
-    """Runs in the peer env: bare, verlprof off, verl off, interleaved, same process."""
+def child(number: int, rounds: int) -> Dict[str, List[float]]:
+    """Runs in the peer env: bare, verlprof off, verl off, interleaved, same process; ns per
+    call, every round."""
     sides = {"bare": (Worker(), "bare"), "verlprof": (Worker(), "annotated"),
              "verl": (_verl_worker(), "annotated")}
-    return {k: median(v) for k, v in measure(sides, number, rounds).items()}
+    return measure(sides, number, rounds)
 
 
 def run_peer(number: int = 1_000_000, rounds: int = 5, log=print) -> Result:
@@ -125,10 +127,13 @@ def run_peer(number: int = 1_000_000, rounds: int = 5, log=print) -> Result:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return Result(metric, None, PEER_GOAL, goal_text="<= 1/20",
                       note=f"peer unavailable: {tail[0][:200]}")
-    med = json.loads(proc.stdout.strip().splitlines()[-1])
+    per_round = json.loads(proc.stdout.strip().splitlines()[-1])
+    med = {k: median(v) for k, v in per_round.items()}
     ours, theirs = med["verlprof"] - med["bare"], med["verl"] - med["bare"]
     return Result(
         metric, ours / theirs, PEER_GOAL, goal_text="<= 1/20 (0.050)",
+        samples=[(v - b) / (p - b) for v, b, p in zip(per_round["verlprof"], per_round["bare"],
+                                                      per_round["verl"]) if p > b],
         details=[f"verl {info}: {med['verl']:.1f} ns/call = {med['verl'] / med['bare']:.1f}x a "
                  f"bare call ({med['bare']:.1f} ns), +{theirs:.1f} ns; verlprof "
                  f"{med['verlprof']:.1f} ns/call = {med['verlprof'] / med['bare']:.2f}x, "

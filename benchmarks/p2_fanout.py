@@ -27,11 +27,13 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from benchmarks.bounds import deadline_s, ray_get
-from benchmarks.common import Result, median, ns, spread
+from benchmarks.common import Result, block_ratios, chunks, median, ns, spread
 from verlprof.worker import ProfilingWorkerMixin
 
 GOAL = 1.25
 GROWTH_GOAL = 1.10
+SAMPLE_ROUNDS = 8
+"""Consecutive interleaved rounds per sample of a row (one fan-out is too short to be one)."""
 """The ratio may not rise with N by more than this (the noise of this machine)."""
 SIZES = (8, 16, 32, 64)
 LINES = (32, 64)
@@ -215,10 +217,14 @@ def _result(phases: Sequence[Dict[int, Dict[str, List[float]]]], statuses) -> Li
             growth = [by_n, f"N {lo}->{hi}: verlprof +{(med[hi][0] - med[lo][0]) / 1e6:.2f} ms, "
                       f"bare +{(med[hi][1] - med[lo][1]) / 1e6:.2f} ms: each added actor costs "
                       f"{slope:.2f}x what it costs the bare fan-out"]
+            # samples: the ratio per block of SAMPLE_ROUNDS consecutive interleaved rounds
+            per = {n: block_ratios(chunks(times[n]["verlprof"], SAMPLE_ROUNDS),
+                                   chunks(times[n]["bare"], SAMPLE_ROUNDS)) for n in (lo, hi)}
             results += [Result(f"P2 start+stop fan-out vs bare Ray no-op fan-out, N={hi}",
-                               ratios[hi], GOAL, details=details),
+                               ratios[hi], GOAL, details=details, samples=per[hi]),
                         Result(f"P2 growth: ratio at N={hi} / ratio at N={lo} (grows no faster "
-                               "than bare)", ratios[hi] / ratios[lo], GROWTH_GOAL, details=growth)]
+                               "than bare)", ratios[hi] / ratios[lo], GROWTH_GOAL, details=growth,
+                               samples=[a / b for a, b in zip(per[hi], per[lo])])]
             details = []
     return results
 

@@ -10,17 +10,34 @@ so that a profiler's background work left over from the other trainer's block is
 In both trainers rank 0 is pinned to the first core and rank 1 to the second (each rank of a
 GPU node owns its own GPU and cores); everything else runs where the kernel puts it.
 
-The step time is the time rank 1 spends in its own phases per step, measured inside that rank
-(:class:`benchmarks.demo_runs.TimedActorRolloutRefWorker`). Medians.
+Judged on rank 1's own CPU time per step (``time.process_time_ns`` in that process at each
+step's end: every thread of it), because on 2 cores the selected neighbour's nsys takes CPU
+from whatever runs beside it and a wall-time ratio measures that contention, not verlprof.
+The wall time rank 1 spends in its own phases per step (measured inside that rank,
+:class:`benchmarks.demo_runs.TimedActorRolloutRefWorker`) is given beside it. A second row
+then steps both trainers at the same moment (ON's in a thread): both unselected ranks then
+have the same neighbours (each rank on the same core as its counterpart, which of the two
+starts its step first alternating), and their wall times compare like with like. Medians;
+samples one per block (pair).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Dict, List, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Sequence
 
-from benchmarks.common import DEMO_CONFIG, WORK_DIR, Result, median, run_standalone, spread
+from benchmarks.bounds import deadline_s
+from benchmarks.common import (
+    DEMO_CONFIG,
+    WORK_DIR,
+    Result,
+    block_ratios,
+    median,
+    run_standalone,
+    spread,
+)
 from benchmarks.demo_runs import (
     GROUP,
     MEASURED_RANK,
@@ -52,28 +69,43 @@ def make_trainer(steps: int, on: bool, output_dir: str):
         demo_trainer.ROLE_CLASSES.update(saved)
 
 
-def run(blocks: int = 6, block: int = 12, settle: int = 3, demo: Sequence[DemoRun] = (),
-        log=print) -> Result:
-
+def run(blocks: int = 6, block: int = 12, settle: int = 3, together: int = 36,
+        demo: Sequence[DemoRun] = (), log=print) -> List[Result]:
+    """Two rows: rank 1's process CPU time per step, ON vs OFF blocks taking turns (judged on
+    CPU time: what verlprof adds to the unselected process itself, whatever the selected
+    neighbour's nsys takes from the machine), and its phase wall time with both trainers
+    stepping at the same moment (``together`` steps: each unselected rank has the same
+    neighbours, ON's rank 0 under nsys and OFF's rank 0 plain, so wall time too compares like
+    with like)."""
     out = os.path.join(WORK_DIR, "p3")
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(TIMES_DIR, ignore_errors=True)
-    steps = blocks * block
-    trainers: Dict[bool, object] = {}
-    kept: Dict[bool, List[int]] = {True: [], False: []}
+    steps = blocks * block + together
+    trainers: Dict[bool, Any] = {}
+    kept: Dict[bool, List[List[int]]] = {True: [], False: []}
+    done = {True: 0, False: 0}
+
+    def one_step(on: bool) -> None:
+        done[on] += 1
+        with trainers[on].controller.step(done[on]):
+            trainers[on]._step(done[on])
+
     try:
         for on in (True, False):
             trainers[on] = make_trainer(steps, on, os.path.join(out, "on" if on else "off"))
-        log(f"P3: ON and OFF trainers up; {blocks} blocks of {block} steps each, alternating")
-        done = {True: 0, False: 0}
+        log(f"P3: ON and OFF trainers up; {blocks} blocks of {block} steps each, alternating, "
+            f"then {together} steps of both at once")
         for b in range(blocks):
             for on in ((True, False) if b % 2 == 0 else (False, True)):
-                trainer = trainers[on]
                 for _ in range(block):
-                    done[on] += 1
-                    with trainer.controller.step(done[on]):
-                        trainer._step(done[on])
-                kept[on] += list(range(done[on] - block + settle, done[on]))
+                    one_step(on)
+                kept[on].append(list(range(done[on] - block + settle + 1, done[on] + 1)))
+        first_together = done[True] + 1
+        with ThreadPoolExecutor(1, thread_name_prefix="p3-together") as pool:
+            for i in range(together):  # who starts first takes turns: both rank 1s share a core
+                first = pool.submit(one_step, i % 2 == 0)
+                one_step(i % 2 == 1)
+                first.result(timeout=deadline_s(120))
         manifest = trainers[True].controller.finalize()
         trainers[False].controller.finalize()
         who = {on: {(p["group"], p["rank"]): p for p in t.worker_identities()}
@@ -81,24 +113,57 @@ def run(blocks: int = 6, block: int = 12, settle: int = 3, demo: Sequence[DemoRu
     finally:
         for trainer in trainers.values():
             trainer.shutdown_workers()
-    wall = {on: _pick(read_times(who[on], MEASURED_RANK), kept[on], 0) for on in who}
-    cpu = {on: _pick(read_times(who[on], MEASURED_RANK), kept[on], 1) for on in who}
-    rank0 = {on: _pick(read_times(who[on], 0), kept[on], 0) for on in who}
+    rows = {on: read_times(who[on], MEASURED_RANK) for on in who}
+    rank0 = {on: _pick(read_times(who[on], 0), sum(kept[on], []), 0) for on in who}
+    cpu = {on: [_deltas(rows[on], b, 2) for b in kept[on]] for on in who}
+    wall = {on: [_pick(rows[on], b, 0) for b in kept[on]] for on in who}
     wrapped = sorted(f"{g} rank {r}" for (g, r), p in who[True].items() if p.get("under_profiler"))
     ok = sum(1 for r in manifest.reports if r.status == "ok")
-    details = [f"on  (under nsys: {', '.join(wrapped)}): {spread(wall[True])}",
-               f"off (no profiler anywhere): {spread(wall[False])}",
-               f"CPU time of rank 1 in the same phases: on {median(cpu[True]) / 1e6:.2f} ms, "
-               f"off {median(cpu[False]) / 1e6:.2f} ms = "
-               f"{median(cpu[True]) / median(cpu[False]):.3f}x",
+    flat = {on: {"cpu": sum(cpu[on], []), "wall": sum(wall[on], [])} for on in who}
+    details = [f"process CPU per step, on (under nsys: {', '.join(wrapped)}): "
+               f"{spread(flat[True]['cpu'])}",
+               f"process CPU per step, off (no profiler anywhere): {spread(flat[False]['cpu'])}",
+               f"wall time in its phases: on {median(flat[True]['wall']) / 1e6:.2f} ms, off "
+               f"{median(flat[False]['wall']) / 1e6:.2f} ms = "
+               f"{median(flat[True]['wall']) / median(flat[False]['wall']):.3f}x (contention "
+               "from the neighbour's nsys included; per block "
+               + ", ".join(f"{r:.2f}" for r in block_ratios(wall[True], wall[False])) + ")",
                f"selected rank 0 (context, pinned to the other core): on "
                f"{median(rank0[True]) / 1e6:.2f} ms, off {median(rank0[False]) / 1e6:.2f} ms",
-               f"ON trainer wrote {ok}/{len(manifest.reports)} reports ok; first {settle} steps of "
-               f"each block dropped"]
+               f"ON trainer wrote {ok}/{len(manifest.reports)} reports ok; {blocks} blocks of "
+               f"{block}, first {settle} steps of each block dropped; samples: one per block pair"]
     if demo:
         details.append(_whole_runs(demo))
-    return Result(f"P3 unselected rank ({GROUP} rank {MEASURED_RANK}) step time, profiling on "
-                  "vs off", median(wall[True]) / median(wall[False]), GOAL, details=details)
+    cpu_row = Result(f"P3 unselected rank ({GROUP} rank {MEASURED_RANK}) process CPU time per "
+                     "step, profiling on vs off", median(flat[True]["cpu"])
+                     / median(flat[False]["cpu"]), GOAL, details=details,
+                     samples=block_ratios(cpu[True], cpu[False]))
+    return [cpu_row, _together(rows, first_together + settle, block)]
+
+
+def _together(rows: Dict[bool, List[tuple]], first: int, chunk: int) -> Result:
+    """The steps both trainers ran at once, from step ``first`` on: phase wall time of rank 1,
+    ON vs OFF (step ``s`` of one ran beside step ``s`` of the other); one sample per
+    ``chunk`` steps."""
+    steps = list(range(first, min(len(rows[True]), len(rows[False])) + 1))
+    wall = {on: _pick(rows[on], steps, 0) for on in rows}
+    cpu = {on: _deltas(rows[on], steps, 2) for on in rows}
+    chunks = [steps[i:i + chunk] for i in range(0, len(steps), chunk) if steps[i:i + chunk]]
+    samples = block_ratios(*[[_pick(rows[on], c, 0) for c in chunks] for on in (True, False)])
+    return Result("P3 unselected rank, both trainers at once (same neighbours): step time, "
+                  "profiling on vs off", median(wall[True]) / median(wall[False]), GOAL,
+                  details=[f"on: {spread(wall[True])}", f"off: {spread(wall[False])}",
+                           f"process CPU per step: on {median(cpu[True]) / 1e6:.2f} ms, off "
+                           f"{median(cpu[False]) / 1e6:.2f} ms",
+                           f"{len(steps)} steps side by side, one sample per {chunk}"],
+                  samples=samples)
+
+
+def _deltas(rows: List[tuple], steps: List[int], column: int) -> List[float]:
+    """Per 1-indexed step: ``column`` at its end minus at the previous step's end (a step whose
+    predecessor is not recorded is left out)."""
+    return [rows[s - 1][column] - rows[s - 2][column] for s in steps
+            if 2 <= s <= len(rows) and len(rows[s - 1]) > column]
 
 
 def _pick(rows: List[tuple], steps: List[int], column: int) -> List[float]:

@@ -32,7 +32,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import Result, median
+from benchmarks.common import Result, median, ratios
 
 STEP = 2000
 LAUNCH0 = 1_000_000
@@ -247,6 +247,7 @@ def run(cache_dir: Optional[str] = None, n: int = N_BENCH, rounds: int = 3, log=
     ratio = median(reads) / median(scans)
     return Result(
         f"P4 GPU: reader on {n / 1e6:g} M kernels vs one scan of the kernel table", ratio, GOAL,
+        samples=ratios(reads, scans),
         details=[f"reader (read_nsys_sqlite, GPU per phase by gpu_numpy) {median(reads):.2f} s; "
                  f"SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL "
                  f"{median(scans):.2f} s; file {os.path.getsize(path) >> 20} MiB; "

@@ -29,7 +29,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import Result, median, ns
+from benchmarks.common import Result, median, ns, ratios
 from benchmarks.p4_report import clean, compile_package, export_all, timed
 from benchmarks.p4_sizes import SIZES_MB, WIDE_RANGES, ensure, ensure_wide, report_paths
 
@@ -146,10 +146,12 @@ def run(rounds: int = 3, large_rounds: int = 1, log=print, wide_set: bool = True
 
 
 def not_measured(chosen: Sequence[int]) -> List[Result]:
-    """An N/A row per opt-in size left out: the table says what it does not show."""
+    """A NOT RUN row per opt-in size left out: the table says what it does not show and how
+    to run it (``--large``, or the sizes in :data:`SIZES_ENV`)."""
     return [Result(f"P4 {size} MB x 4: verlprof report cold and warm vs nsys export", None,
-                   COLD_GOAL, note=f"not measured: opt-in, {SIZES_ENV}=1,20,{size} (its set "
-                   "takes ~14 minutes to make, then 2-3 minutes a round)")
+                   COLD_GOAL, not_run="runs under --large",
+                   note=f"python -m benchmarks --large (or {SIZES_ENV}=1,20,{size}); its set "
+                   "takes ~14 minutes to make, then 2-3 minutes a round")
             for size in SIZES_MB if size not in chosen and size > max(DEFAULT_SIZES)]
 
 
@@ -158,7 +160,8 @@ def wide(rounds: int, log=print) -> Result:
     f = measure_folder(ensure_wide(log=log), f"16 x {WIDE_RANGES:,} ranges", rounds, log)
     export, cold = median(f["export"]), median(f["cold"])
     return Result(f"P4 K=16 reports of {WIDE_RANGES:,} foreign ranges: verlprof report cold vs "
-                  "nsys export", cold / export, COLD_GOAL, details=_details(f))
+                  "nsys export", cold / export, COLD_GOAL, details=_details(f),
+                  samples=ratios(f["cold"], f["export"]))
 
 
 def results(figures: Dict[int, Dict[str, List[float]]], sizes_too: bool = True
@@ -167,14 +170,20 @@ def results(figures: Dict[int, Dict[str, List[float]]], sizes_too: bool = True
     out: List[Result] = []
     for size, f in figures.items() if sizes_too else ():
         export, cold, warm = median(f["export"]), median(f["cold"]), median(f["warm"])
+        small = size < WARM_MIN_MB  # seconds of fixed start-up against tenths of exports
         out.append(Result(f"P4 {size} MB x 4: verlprof report cold vs nsys export",
-                          cold / export, COLD_GOAL, details=_details(f)))
+                          cold / export, None if small else COLD_GOAL, details=_details(f),
+                          samples=ratios(f["cold"], f["export"]),
+                          note=f"fixed start-up: verlprof's own {(cold - export) * 1e3:.0f} ms "
+                          f"above an export of {export * 1e3:.0f} ms" if small else ""))
         out.append(Result(f"P4 {size} MB x 4: verlprof report warm vs nsys export",
-                          warm / export, WARM_GOAL if size >= WARM_MIN_MB else None))
+                          warm / export, None if small else WARM_GOAL,
+                          samples=ratios(f["warm"], f["export"])))
     if len(figures) >= 2:
         small, large = min(figures), max(figures)
         out.append(Result(f"P4 peak RSS of verlprof report, {large} MB / {small} MB reports",
-                          max(figures[large]["rss"]) / max(figures[small]["rss"]), RSS_GOAL))
+                          max(figures[large]["rss"]) / max(figures[small]["rss"]), RSS_GOAL,
+                          samples=ratios(figures[large]["rss"], figures[small]["rss"])))
     return out
 
 

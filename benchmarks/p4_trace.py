@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Dict, List, Tuple
 
-from benchmarks.common import Result, median, ns
+from benchmarks.common import Result, median, ns, ratios
 from benchmarks.p4_report import clean
 from benchmarks.p4_scale import sizes, verlprof_once
 from benchmarks.p4_sizes import ensure
@@ -63,7 +63,7 @@ def run(rounds: int = 3, log=print) -> List[Result]:
     for size, f in figures.items():
         ratio = median(f["trace"]) / median(f["report"])
         results.append(Result(f"P4 trace {size} MB x 4: verlprof trace vs verlprof report cold",
-                              ratio, TIME_GOAL, details=[
+                              ratio, TIME_GOAL, samples=ratios(f["trace"], f["report"]), details=[
                                   f"report {median(f['report']):.2f} s, trace "
                                   f"{median(f['trace']):.2f} s, trace file "
                                   f"{median(f['bytes']) / 2**20:.1f} MiB"]))
@@ -73,6 +73,7 @@ def run(rounds: int = 3, log=print) -> List[Result]:
         small, large = min(figures), max(figures)
         ratio = max(figures[large]["rss"]) / max(figures[small]["rss"])
         results.append(Result(f"P4 trace peak RSS {large} MB vs {small} MB", ratio, RSS_GOAL,
+                              samples=ratios(figures[large]["rss"], figures[small]["rss"]),
                               details=[f"{max(figures[s]['rss']) / 1024:.0f} MiB at {s} MB"
                                        for s in figures]))
     return results

@@ -261,6 +261,23 @@ def stall(got: Dict[str, Any], floors: Dict[str, float], profiled: Sequence[int]
                  trip=statistics.median(got["bare"]), floor=floors["schedule"])
 
 
+def stall_samples(got: Dict[str, Any], floors: Dict[str, float], profiled: Sequence[int],
+                  unprofiled: Sequence[int]) -> List[float]:
+    """The row's ratio once per profiled step, against the unprofiled step next to it (the one
+    before, else the one after): its spread over the run."""
+    def at(kind: str) -> Dict[int, float]:
+        return {int(k): v for k, v in got[kind].items()}
+
+    enter, leave, trip = at("enter"), at("exit"), statistics.median(got["bare"])
+    out = []
+    for s in profiled:
+        u = s - 1 if s - 1 in unprofiled else s + 1
+        if u in unprofiled:
+            out.append(max((leave[s] - leave[u]) / (2 * trip),
+                           (enter[s] - enter[u]) / (floors["schedule"] + 2 * trip)))
+    return out
+
+
 def _result(got: Dict[str, Any], floors: Dict[str, float], discrete: bool,
             controller_nsys: bool,
             problems: List[str]) -> Result:
@@ -277,7 +294,7 @@ def _result(got: Dict[str, Any], floors: Dict[str, float], discrete: bool,
     details += [f"window: {p}" for p in problems] or ["every report holds exactly its step"]
     return Result(f"P5 step time added by profiling ({mode}) vs its goal",
                   added.ratio if not problems else None, 1.0, details=details,
-                  note="; ".join(problems[:2]))
+                  note="; ".join(problems[:2]), samples=stall_samples(got, floors, prof, base))
 
 if __name__ == "__main__":
     run_standalone(run)

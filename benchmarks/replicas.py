@@ -26,24 +26,25 @@ import tempfile
 from typing import Any, Dict, List
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import ROOT, Result, median, spread
+from benchmarks.common import ROOT, Result, block_ratios, median, spread
 from benchmarks.p3_unselected import GOAL as P3_GOAL
-from benchmarks.p5_stall import stall
+from benchmarks.p5_stall import stall, stall_samples
 from benchmarks.replicas_app import RESULT
 
 REQUESTS = 8
 """Generate calls per replica per step (about 20 ms of generation: P5's step)."""
 
 
-def run(rounds: int = 4, block: int = 8, log=print) -> List[Result]:
+def run(rounds: int = 4, block: int = 8, together: int = 16, log=print) -> List[Result]:
     work = tempfile.mkdtemp(prefix="verlprof-bench-replicas-")
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
         done = run_bounded(
             "replicas", [sys.executable, "-m", "benchmarks.replicas_app", work, str(rounds),
-                         str(block), str(REQUESTS)],
-            deadline_s(240, 3.0, rounds * block), "replicas: verl's replicas, ON and OFF",
+                         str(block), str(REQUESTS), str(together)],
+            deadline_s(240, 3.0, rounds * block + together),
+            "replicas: verl's replicas, ON and OFF",
             env=env, cwd=ROOT)
         line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
         if line is None:
@@ -57,7 +58,8 @@ def run(rounds: int = 4, block: int = 8, log=print) -> List[Result]:
         log(f"replicas: capture-range start in bare processes under replica 0's nsys: alone "
             f"{floor['alone'] * 1e3:.1f} ms, windows of {floor['step_s'] * 1e3:.1f} ms as far "
             f"apart {floor['schedule'] * 1e3:.1f} ms (medians of 3)")
-        return [_p5(got, floor, profiled, unprofiled), _p3(got, kept, profiled)]
+        return [_p5(got, floor, profiled, unprofiled), _p3(got, kept, profiled, block),
+                _together(got, steps, block)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -85,28 +87,97 @@ def _p5(got: Dict[str, Any], floor: Dict[str, float], profiled: List[int],
     details += [f"problem: {p}" for p in problems]
     return Result("P5 replica: step time added by profiling (whole, stand-in rollout replica "
                   "under nsys) vs its goal", added.ratio if not problems else None, 1.0,
-                  details=details, note="; ".join(problems[:2]))
+                  details=details, note="; ".join(problems[:2]),
+                  samples=stall_samples(got["times"] | {"bare": got["bare"]}, floor, profiled,
+                                        unprofiled))
 
 
-def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int]) -> Result:
+def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -> Result:
+    """Judged on the unselected replica's whole-process CPU time per step (profiled steps vs
+    every OFF step); its generate time (wall) and its engine thread's CPU time beside it.
+    Samples: one per round (an ON block and an OFF block)."""
     times = got["times"]
+
+    def by_round(key: str, steps: List[int], pick=lambda v: v) -> List[List[float]]:
+        rounds: Dict[int, List[float]] = {}
+        for s in steps:
+            if str(s) in times[key]:
+                rounds.setdefault((s - 1) // block, []).append(pick(times[key][str(s)]))
+        return [rounds[r] for r in sorted(rounds)]
+
     on = [times["on"][str(s)][1] for s in profiled]
     on_all = [times["on"][str(s)][1] for s in kept]
     off = [times["off"][str(s)][1] for s in kept]
     cpu_on = [times["cpu_on"][str(s)] for s in profiled]
     cpu_off = [times["cpu_off"][str(s)] for s in kept]
+    pcpu_on = [times["pcpu_on"][str(s)] for s in profiled]
+    pcpu_off = [times["pcpu_off"][str(s)] for s in kept]
     selected = {side: median([times[side][str(s)][0] for s in steps])
                 for side, steps in (("on", profiled), ("off", kept))}
-    details = [f"on  (replica 0 under nsys, its window open): {_ms(on)}",
-               f"off (no verlprof): {_ms(off)}",
-               f"every ON step, windows open or not: {median(on_all) / median(off):.3f}x",
+    samples = block_ratios(by_round("pcpu_on", profiled), by_round("pcpu_off", kept))
+    details = [f"process CPU per step, on (replica 0 under nsys, its window open): "
+               f"{_ms(pcpu_on)}",
+               f"process CPU per step, off (no verlprof): {_ms(pcpu_off)}",
+               f"generate time (wall): on {median(on) * 1e3:.2f} ms, off {median(off) * 1e3:.2f}"
+               f" ms = {median(on) / median(off):.3f}x; every ON step, windows open or not: "
+               f"{median(on_all) / median(off):.3f}x",
                f"CPU time of replica 1's engine thread in the same steps: on "
                f"{median(cpu_on) * 1e3:.2f} ms, off {median(cpu_off) * 1e3:.2f} ms = "
                f"{median(cpu_on) / median(cpu_off):.3f}x",
                f"selected replica 0 (context, the other core): on {selected['on'] * 1e3:.2f} "
                f"ms, off {selected['off'] * 1e3:.2f} ms"]
-    return Result("P3 unselected replica (rollout replica 1) generate time, profiling on vs "
-                  "off", median(on) / median(off), P3_GOAL, details=details)
+    edges = [times["edges"][str(s)] for s in profiled if str(s) in times.get("edges", {})]
+    if edges and got.get("idle_cpu"):
+        cpu_s, wall_s = sum(e[0] for e in edges), sum(e[1] for e in edges)
+        details.append(f"while the controller opens and closes replica 0's windows "
+                       f"(begin_step, end_step: {wall_s / len(edges) * 1e3:.0f} ms a step) "
+                       f"replica 1's process uses {cpu_s / wall_s * 100:.2f}% of a core; idle, "
+                       f"{got['idle_cpu']['on'] * 100:.2f}% (ON) and "
+                       f"{got['idle_cpu']['off'] * 100:.2f}% (OFF)")
+    return Result("P3 unselected replica (rollout replica 1) process CPU time per step, "
+                  "profiling on vs off", median(pcpu_on) / median(pcpu_off), P3_GOAL,
+                  details=details, samples=samples)
+
+
+def _together(got: Dict[str, Any], first: int, block: int) -> Result:
+    """The steps after ``first`` in which ON and OFF generated at once: replica 1 of ON (its
+    neighbour replica 0 under nsys, the window open on the odd steps) vs replica 1 of OFF,
+    both beside the same three other replicas. Samples: one per ``block`` steps."""
+    rows = {int(s): v for s, v in got["times"].get("together", {}).items()}
+    steps = sorted(s for s in rows if s > first + 1)  # the first one warms the pairing
+    profiled = [s for s in steps if s % 2 == 1]
+    ratio = [rows[s][1] / rows[s][3] for s in profiled]
+    if not ratio:
+        return Result("P3 unselected replica, both sides at once (same neighbours): generate "
+                      "time, profiling on vs off", None, P3_GOAL, note="no steps side by side")
+    chunks = [profiled[i:i + block // 2] for i in range(0, len(profiled), block // 2)]
+    samples = block_ratios([[rows[s][1] for s in c] for c in chunks],
+                           [[rows[s][3] for s in c] for c in chunks])
+    every = [rows[s][1] / rows[s][3] for s in steps]
+    return Result("P3 unselected replica, both sides at once (same neighbours): generate "
+                  "time, profiling on vs off",
+                  median([rows[s][1] for s in profiled]) / median([rows[s][3] for s in profiled]),
+                  P3_GOAL, samples=samples,
+                  details=[f"on  (replica 1 of the profiled manager, replica 0's window open): "
+                           f"{_ms([rows[s][1] for s in profiled])}",
+                           f"off (replica 1 of plain verl, the same moments): "
+                           f"{_ms([rows[s][3] for s in profiled])}",
+                           f"every step side by side, windows open or not: median of the step "
+                           f"ratios {median(every):.3f}x over {len(steps)} steps",
+                           f"selected replica 0 in the same steps: "
+                           f"{median([rows[s][0] for s in profiled]) * 1e3:.2f} ms"]
+                  + _together_cpu(got, profiled))
+
+
+def _together_cpu(got: Dict[str, Any], profiled: List[int]) -> List[str]:
+    """Both unselected replicas' process CPU over the same spans (begin_step to end_step)."""
+    cpu = {int(s): v for s, v in got["times"].get("together_cpu", {}).items()}
+    pairs = [cpu[s] for s in profiled if s in cpu]
+    if not pairs:
+        return []
+    on, off = median([p[0] for p in pairs]), median([p[1] for p in pairs])
+    return [f"process CPU over the same spans: on {on * 1e3:.2f} ms, off {off * 1e3:.2f} ms = "
+            f"{on / off:.3f}x"]
 
 
 def _ms(seconds: List[float]) -> str:

@@ -14,10 +14,14 @@ side's step is ``bridge.begin_step`` / ``end_step`` around them, as in fit's ``g
 The engine thread of replica 0 of each side is pinned to the first core, replica 1's to the
 second (a replica owns its GPUs and cores). Prints one line ``RESULT <json>``: per step the
 entry, body and exit of the ON step, each replica's generate time, the CPU time of the
-unselected replica's engine thread in the step; bare round trips to ON's replica 0; the
-manifest; nsys' start floor under replica 0's nsys argv (measured after the run).
+unselected replica's engine thread and of its whole process in the step; bare round trips to
+ON's replica 0; the manifest; nsys' start floor under replica 0's nsys argv (measured after
+the run).
 
-argv: output directory, rounds, steps per block, requests per replica per step.
+Then ``together`` ON steps send their requests with OFF's at once (four replicas, the same
+neighbours for both unselected ones); per step each replica's generate time, ON's first.
+
+argv: output directory, rounds, steps per block, requests per replica per step, together.
 """
 
 from __future__ import annotations
@@ -71,26 +75,50 @@ def engine_cpu_s(server: Any) -> float:
     return server._engine_thread.submit(time.thread_time).result(timeout=60)
 
 
+def process_cpu_s(_: Any) -> float:
+    """CPU seconds the server's whole process (every thread: Ray's, the engine's, verlprof's
+    if it had any there) has used so far."""
+    return time.process_time()
+
+
+def cpu_now(server: Any) -> List[float]:
+    """(engine thread, whole process) CPU seconds of ``server`` so far."""
+    import ray
+
+    return ray.get([server.__ray_call__.remote(engine_cpu_s),
+                    server.__ray_call__.remote(process_cpu_s)], timeout=60)
+
+
 def noop(_: Any) -> None:
     return None
 
 
 def generate_step(servers: Sequence[Any], tag: str, requests: int) -> List[float]:
-    """``requests`` calls to each server at once; seconds until each server's last answer."""
+    """``requests`` calls to each server at once; seconds until each server's last answer
+    (each answer's moment taken as it comes, whichever server answers first)."""
     import ray
 
     began = time.perf_counter()
-    refs = [[s.generate.remote(prompt_ids=PROMPT, sampling_params=SAMPLING,
-                               request_id=f"{tag}-{i}-{k}") for k in range(requests)]
-            for i, s in enumerate(servers)]
-    done = []
-    for replica in reversed(refs):  # the unselected replica's first: its own end
-        ray.get(replica, timeout=120)
-        done.append(time.perf_counter() - began)
-    return list(reversed(done))
+    owner: Dict[Any, int] = {}
+    for i, s in enumerate(servers):
+        for k in range(requests):
+            owner[s.generate.remote(prompt_ids=PROMPT, sampling_params=SAMPLING,
+                                    request_id=f"{tag}-{i}-{k}")] = i
+    done = [0.0] * len(servers)
+    waiting = list(owner)
+    until = time.monotonic() + 120
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1, timeout=until - time.monotonic())
+        if not ready:
+            raise TimeoutError(f"{tag}: {len(waiting)} generate calls unanswered after 120 s")
+        at = time.perf_counter() - began
+        for ref in ready:
+            ray.get(ref)  # an error in generate surfaces here
+            done[owner[ref]] = at
+    return done
 
 
-def run(out: str, rounds: int, block: int, requests: int) -> Dict[str, Any]:
+def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict[str, Any]:
     import ray
     from verl.workers.rollout.llm_server import LLMServerManager
 
@@ -98,7 +126,7 @@ def run(out: str, rounds: int, block: int, requests: int) -> Dict[str, Any]:
     from verlprof.bridges.verl import attach
 
     importlib.import_module(ENGINE_MODULE)
-    steps = rounds * block
+    steps = rounds * block + together
     off_config = compose(base_overrides(steps), os.path.join(out, "off"))
     on_config = compose([*base_overrides(steps), *profiled_overrides(steps)],
                         os.path.join(out, "on"))
@@ -111,42 +139,72 @@ def run(out: str, rounds: int, block: int, requests: int) -> Dict[str, Any]:
         ray.get([s.__ray_call__.remote(pin_engine, i) for i, s in enumerate(side)], timeout=60)
     for side, handles in servers.items():  # warm both engines before any timing
         generate_step(handles, f"{side}-warm", requests)
-    times: Dict[str, Dict[int, Any]] = {"enter": {}, "body": {}, "exit": {}, "on": {}, "off": {},
-                                        "cpu_on": {}, "cpu_off": {}}
+    times: Dict[str, Dict[int, Any]] = {key: {} for key in (
+        "enter", "body", "exit", "on", "off", "cpu_on", "cpu_off", "pcpu_on", "pcpu_off",
+        "together", "together_cpu", "edges")}
     bare: List[float] = []
     done = {"on": 0, "off": 0}
+
+    def on_step(step: int, handles: Sequence[Any], unselected: Any = None) -> List[float]:
+        """One ON step; with ``unselected``, its CPU time is read around the generation (the
+        span OFF's reading covers) and around begin_step and end_step apart."""
+        probe = (lambda: cpu_now(unselected)) if unselected is not None else (lambda: None)
+        c0, t0 = probe(), time.perf_counter()
+        bridge.begin_step(step)
+        ta = time.perf_counter()
+        c1 = probe()
+        t1 = time.perf_counter()
+        took = generate_step(handles, f"on-{step}", requests)
+        t2 = time.perf_counter()
+        c2 = probe()
+        tb = time.perf_counter()
+        bridge.end_step(step)
+        t3 = time.perf_counter()
+        c3 = probe()
+        times["enter"][step], times["body"][step], times["exit"][step] = ta - t0, t2 - t1, t3 - tb
+        if unselected is not None:
+            times["cpu_on"][step], times["pcpu_on"][step] = c2[0] - c1[0], c2[1] - c1[1]
+            times["edges"][step] = [c1[1] - c0[1] + c3[1] - c2[1], ta - t0 + t3 - tb]
+        return took
+
     for index in range(rounds):
         for side in (("on", "off") if index % 2 == 0 else ("off", "on")):
             for _ in range(block):
                 done[side] += 1
                 step = done[side]
                 unselected = servers[side][1]
-                cpu = ray.get(unselected.__ray_call__.remote(engine_cpu_s), timeout=60)
-                if side == "off":
-                    times["off"][step] = generate_step(servers["off"], f"off-{step}", requests)
-                    times["cpu_off"][step] = ray.get(unselected.__ray_call__.remote(
-                        engine_cpu_s), timeout=60) - cpu
+                if side == "on":
+                    times["on"][step] = on_step(step, servers["on"], unselected)
+                    b0 = time.perf_counter()  # a bare round trip to the planned replica
+                    ray.get(servers["on"][0].__ray_call__.remote(noop), timeout=60)
+                    bare.append(time.perf_counter() - b0)
                     continue
-                t0 = time.perf_counter()
-                bridge.begin_step(step)
-                t1 = time.perf_counter()
-                times["on"][step] = generate_step(servers["on"], f"on-{step}", requests)
-                t2 = time.perf_counter()
-                bridge.end_step(step)
-                t3 = time.perf_counter()
-                times["enter"][step], times["body"][step], times["exit"][step] = \
-                    t1 - t0, t2 - t1, t3 - t2
-                times["cpu_on"][step] = ray.get(unselected.__ray_call__.remote(engine_cpu_s),
-                                                timeout=60) - cpu
-                b0 = time.perf_counter()  # a bare round trip to the planned replica
-                ray.get(servers["on"][0].__ray_call__.remote(noop), timeout=60)
-                bare.append(time.perf_counter() - b0)
+                cpu = cpu_now(unselected)
+                times["off"][step] = generate_step(servers["off"], f"off-{step}", requests)
+                after = cpu_now(unselected)
+                times["cpu_off"][step], times["pcpu_off"][step] = (after[0] - cpu[0],
+                                                                   after[1] - cpu[1])
+    # what an idle unselected replica's process uses per second, each side (Ray's own threads)
+    idle = {}
+    for side in ("on", "off"):
+        before, t0 = cpu_now(servers[side][1]), time.perf_counter()
+        time.sleep(2.0)
+        idle[side] = (cpu_now(servers[side][1])[1] - before[1]) / (time.perf_counter() - t0)
+    # both sides at once: ON's step (its window open on the odd steps) sends its requests
+    # together with OFF's, so each unselected replica has the same neighbours
+    for _ in range(together):
+        done["on"] += 1
+        pair = [servers["on"][1], servers["off"][1]]
+        before = [cpu_now(s)[1] for s in pair]
+        times["together"][done["on"]] = on_step(done["on"], [*servers["on"], *servers["off"]])
+        # each unselected replica's process CPU over the same span (begin_step to end_step)
+        times["together_cpu"][done["on"]] = [cpu_now(s)[1] - b for s, b in zip(pair, before)]
     manifest = bridge.finish()
-    return {"times": times, "bare": bare, "manifest": manifest.to_dict(),
-            "floor": _floor(bridge.plan, times, block, out)}
+    return {"times": times, "bare": bare, "manifest": manifest.to_dict(), "idle_cpu": idle,
+            "floor": _floor(bridge.plan, times, block, rounds * block, out)}
 
 
-def _floor(plan: Any, times: Dict[str, Dict[int, Any]], block: int,
+def _floor(plan: Any, times: Dict[str, Dict[int, Any]], block: int, last: int,
            out: str) -> Dict[str, float]:
     """nsys' own start floor under replica 0's nsys argv, in bare processes, while this run's
     cluster is up and idle (as P5 measures it), windows as long as this run's unprofiled
@@ -154,7 +212,7 @@ def _floor(plan: Any, times: Dict[str, Dict[int, Any]], block: int,
     from benchmarks.p5_stall import capture_start_floor
 
     replica = plan.process("rollout_replicas", 0)
-    body = [v for s, v in times["body"].items() if s % 2 == 0 and (s - 1) % block]
+    body = [v for s, v in times["body"].items() if s % 2 == 0 and (s - 1) % block and s <= last]
     step_s = sorted(body)[len(body) // 2]
     floor = capture_start_floor([(replica.launch_argv, dict(replica.launch_env))],
                                 os.path.join(out, "floor"), step_s=step_s)
@@ -165,10 +223,11 @@ def main(argv: Sequence[str]) -> None:
     import ray
 
     out, rounds, block, requests = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    together = int(argv[4]) if len(argv) > 4 else 0
     ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False,
              logging_level="ERROR", log_to_driver=False)
     try:
-        got = run(out, rounds, block, requests)
+        got = run(out, rounds, block, requests, together)
     finally:
         ray.shutdown()
     print(RESULT + json.dumps(got), flush=True)

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any, Callable, List, Sequence, Tuple
 
-from benchmarks.common import Result, median
+from benchmarks.common import Result, median, ratios
 
 MS = 1_000_000
 T0 = 1_790_000_000 * 10**9
@@ -130,7 +130,8 @@ def run(rounds: int = 3, ranks: int = 1024, log=print) -> Result:
         size = os.path.getsize(os.path.join(out, str(ranks), "summary", "timeline.png"))
     big, little = median(times[ranks]), median(times[small])
     log(f"report at scale: {big:.2f} s at {ranks} ranks, {little:.2f} s at {small}")
-    return Result(metric, big / little, GOAL, goal_text=f"<= {GOAL:g}x (linear)", details=[
+    return Result(metric, big / little, GOAL, goal_text=f"<= {GOAL:g}x (linear)",
+                  samples=ratios(times[ranks], times[small]), details=[
         f"{ranks} ranks x 8 components x 3 steps ({len(loads[ranks].records)} records): "
         f"{big:.2f} s to analyse, print and write csv, md, png, html (median of {rounds}; "
         "the issue's bound: < 10 s)",

@@ -101,5 +101,5 @@ def test_a_hung_generation_step_fails_its_row_and_the_next_row_completes(tmp_pat
     row = next(line for line in output.splitlines() if line.startswith("P4 1 MB x 4")
                and "FAIL (" in line)
     assert "making ~1 MB under nsys: still running after" in row and "nsys profile" in row
-    assert re.search(r"^report at scale: .* (PASS|MISS)\s*$", output, re.M), output
+    assert re.search(r"^report at scale: .* (PASS|MISS|WITHIN NOISE)\s*$", output, re.M), output
     assert left == [], left

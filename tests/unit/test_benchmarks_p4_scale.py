@@ -17,7 +17,7 @@ def test_rows_and_verdicts():
                              100: figures(100.0, 110.0, 10.0, 100_000)})
     verdicts = {r.metric: r.verdict for r in rows}
     assert verdicts == {
-        "P4 1 MB x 4: verlprof report cold vs nsys export": "MISS",
+        "P4 1 MB x 4: verlprof report cold vs nsys export": "INFO",  # fixed start-up only
         "P4 1 MB x 4: verlprof report warm vs nsys export": "INFO",  # no goal below 20 MB
         "P4 100 MB x 4: verlprof report cold vs nsys export": "PASS",
         "P4 100 MB x 4: verlprof report warm vs nsys export": "PASS",
@@ -25,6 +25,7 @@ def test_rows_and_verdicts():
     }
     assert rows[-1].ratio == 2.5
     assert any("warm 0.50 s" in d for d in rows[0].details)
+    assert "verlprof's own 600 ms above an export of 1000 ms" in rows[0].note
 
 
 def test_sizes_from_the_environment(monkeypatch):
@@ -36,6 +37,6 @@ def test_sizes_from_the_environment(monkeypatch):
 
 def test_an_opt_in_size_left_out_is_a_row_that_says_so():
     (row,) = p4_scale.not_measured([1, 20])
-    assert row.verdict == "N/A" and "100 MB" in row.metric
-    assert f"{p4_scale.SIZES_ENV}=1,20,100" in row.line()
+    assert row.verdict == "NOT RUN (runs under --large)" and "100 MB" in row.metric
+    assert "--large" in row.line() and f"{p4_scale.SIZES_ENV}=1,20,100" in row.line()
     assert p4_scale.not_measured([1, 20, 100]) == []

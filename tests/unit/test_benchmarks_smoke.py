@@ -7,7 +7,7 @@ import os
 import pytest
 
 from benchmarks import common, demo_runs, memory, p1_annotate, p2_fanout, p3_unselected, p4_report
-from benchmarks.__main__ import METRICS, table
+from benchmarks.__main__ import METRICS, summary, table
 from verlprof.records import ProcessIdentity, SessionStatus
 
 
@@ -18,6 +18,30 @@ def test_result_verdicts_and_line():
     assert common.Result("m", 1.1, None).verdict == "INFO"
     line = common.Result("P9 thing", 1.3, 1.25).line()
     assert line.startswith("P9 thing: 1.300x") and "goal <= 1.25x" in line and "MISS" in line
+
+
+def test_a_row_whose_spread_holds_its_goal_is_within_noise():
+    # fixed per-round samples: the goal 1.03 lies between the least and the largest round
+    noisy = common.Result("P3 x", 1.01, 1.03, samples=[0.95, 1.01, 1.08])
+    assert noisy.verdict == "WITHIN NOISE"
+    assert "spread 0.950 / 1.010 / 1.080 (n=3)" in noisy.line()
+    assert common.Result("P3 x", 1.01, 1.03, samples=[0.95, 1.01, 1.02]).verdict == "PASS"
+    assert common.Result("P3 x", 1.10, 1.03, samples=[1.04, 1.10, 1.2]).verdict == "MISS"
+    assert common.Result("P3 x", 1.10, None, samples=[0.9, 1.2]).verdict == "INFO"
+    assert common.Result("P3 x", 1.0, 1.03, samples=[1.0]).verdict == "PASS"  # one round
+    text = table([noisy])
+    assert text.splitlines()[0].split() == ["metric", "ratio", "min", "/", "median", "/", "max",
+                                            "(rounds)", "goal", "verdict"]
+    assert text.splitlines()[2].endswith("WITHIN NOISE") and "0.950 / 1.010 / 1.080" in text
+    assert "1 WITHIN NOISE: P3" in summary([noisy, common.Result("P4 y", 2.0, 1.3)])
+    assert common.ratios([2.0, 3.0], [1.0, 2.0]) == [2.0, 1.5]
+    assert common.block_ratios([[1, 2, 3], [4]], [[1, 1, 1], [2]]) == [2.0, 2.0]
+
+
+def test_a_row_left_out_on_purpose_says_how_to_run_it():
+    row = common.Result("P4 100 MB", None, 1.3, not_run="runs under --large")
+    assert row.verdict == "NOT RUN (runs under --large)" and row.ratio_text == "-"
+    assert "n/a" not in table([row]) and summary([row]).startswith("1 rows, 0 MISS")
 
 
 def test_interleave_alternates_sides_in_rounds():
@@ -92,6 +116,17 @@ def test_p3_helpers_and_memory_result_from_runs():
     assert memory.result([]).ratio is None
 
 
+def test_p3_cpu_per_step_and_the_side_by_side_row():
+    # (phase wall, phase CPU, process CPU so far, clock) per step, as the timed rank writes
+    rows = {on: [(w, 0, 100 * s * (1.1 if on else 1.0), 0) for s, w in
+                 enumerate([12 if on else 10] * 8, start=1)] for on in (True, False)}
+    assert p3_unselected._deltas(rows[False], [1, 2, 3], 2) == [100, 100]  # step 1: no base
+    row = p3_unselected._together(rows, first=3, chunk=3)
+    assert row.ratio == pytest.approx(1.2) and row.verdict == "MISS" and len(row.samples) == 2
+    assert row.details[2].startswith("process CPU per step: on ")
+    assert "same neighbours" in row.metric and row.goal == p3_unselected.GOAL
+
+
 def test_demo_run_overrides_leave_rank1_unselected():
     from verlprof.demo.run import plan_demo
 
@@ -125,15 +160,17 @@ def test_p4_result_from_times():
                  export_small=[0.4e9])
     cpus = {k: [v[0] * 1.5] for k, v in walls.items()}
     result = p4_report._result(walls, cpus, 16, 4, 2, {"read_s": "0.5"})
-    assert result.ratio == pytest.approx(2.0) and result.verdict == "MISS"
-    assert "1.50 of 2 cores" in result.note
+    # small reports: the fixed start-up, shown in ms, no goal
+    assert result.ratio == pytest.approx(2.0) and result.verdict == "INFO"
+    assert "fixed start-up 1200 ms" in result.note and "1.50 of 2 cores" in result.note
+    assert result.samples == [2.0]
 
 
 def test_table_lists_every_row():
     text = table([common.Result("P1 a", 1.5, 2.0), common.Result("Memory b", 1.1, None)])
     assert "PASS" in text and "INFO" in text and len(text.splitlines()) == 4
     assert METRICS == ("p1", "p2", "p3", "memory", "p4", "p5", "scale", "controller", "trace",
-                       "on-demand", "replicas", "summaries", "anatomy")
+                       "on-demand", "replicas", "summaries", "anatomy", "gpu")
 
 
 def test_p5_result_compares_entry_and_exit_with_their_own_floors():
@@ -192,7 +229,12 @@ def test_replicas_rows_from_a_run():
                      "on": {str(s): [0.03, 0.012] for s in range(1, steps + 1)},
                      "off": {str(s): [0.02, 0.010] for s in range(1, steps + 1)},
                      "cpu_on": {str(s): 0.008 for s in range(1, steps + 1)},
-                     "cpu_off": {str(s): 0.008 for s in range(1, steps + 1)}},
+                     "cpu_off": {str(s): 0.008 for s in range(1, steps + 1)},
+                     "pcpu_on": {str(s): 0.0105 for s in range(1, steps + 1)},
+                     "pcpu_off": {str(s): 0.010 for s in range(1, steps + 1)},
+                     # ON's replicas 0 and 1, then OFF's, generating at once
+                     "together": {str(s): [0.03, 0.011, 0.02, 0.010]
+                                  for s in range(steps + 1, steps + 9)}},
            "bare": [0.002] * steps,
            "manifest": {"step_windows": [[1], [3], [5], [7]],
                         "processes": [{"group": "rollout_replicas", "rank": 0,
@@ -202,8 +244,65 @@ def test_replicas_rows_from_a_run():
     floor = {"alone": 0.1, "schedule": 0.95}
     p5 = replicas._p5(got, floor, profiled, unprofiled)
     assert p5.verdict == "PASS" and p5.goal == 1.0 and "4/4 replica reports ok" in p5.details[2]
-    p3 = replicas._p3(got, kept, profiled)
-    assert p3.ratio == pytest.approx(1.2) and p3.verdict == "MISS" and p3.goal == 1.03
+    p3 = replicas._p3(got, kept, profiled, block)
+    # judged on the process's CPU time (1.05x), its wall time (1.2x) beside it
+    assert p3.ratio == pytest.approx(1.05) and p3.verdict == "MISS" and p3.goal == 1.03
+    assert "= 1.200x" in p3.details[2] and p3.samples == [pytest.approx(1.05)] * 2
+    both = replicas._together(got, steps, block)
+    assert both.ratio == pytest.approx(1.1) and both.verdict == "MISS"
+    assert "same neighbours" in both.metric and len(both.samples) == 2
     got["manifest"]["processes"].append({"group": "rollout_replicas", "rank": 1,
                                          "under_profiler": True})
     assert replicas._p5(got, floor, profiled, unprofiled).verdict == "N/A"
+
+
+def test_p5_and_p2_rows_carry_their_rounds():
+    from benchmarks import p5_stall
+
+    steps = range(1, p5_stall.STEPS + 1)
+    got = {"enter": {s: (0.5 if s % 2 else 0.001) for s in steps},
+           "body": {s: 0.02 for s in steps},
+           "exit": {s: (0.003 if s % 2 else 0.001) for s in steps},
+           "bare": [0.001] * p5_stall.STEPS}
+    row = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, [])
+    assert row.samples == [pytest.approx(1.0)] * 4  # one per profiled step after the first
+    times = {n: {"verlprof": [1.2e6 * n] * 16, "bare": [1e6 * n] * 16} for n in (8, 32)}
+    idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
+    ratio, growth = p2_fanout._result([times], [idle] * 32)
+    assert ratio.samples == [pytest.approx(1.2)] * 2 and growth.samples == [pytest.approx(1.0)] * 2
+
+
+def test_build_plan_row_from_fixed_figures():
+    from benchmarks import controller_scale
+
+    got = {"costs": {"64": [[0.2, 10752], [0.25, 10752]], "512": [[1.7, 86016], [2.4, 86016]]},
+           "calls": {"64": 398_016, "512": 3_182_784}}
+    row = controller_scale.plan_row(got)
+    assert row.samples == [pytest.approx(8.5), pytest.approx(9.6)]
+    assert row.verdict == "WITHIN NOISE" and "7.997x" in row.details[-1]
+
+
+def test_gpu_rows_without_a_gpu_say_so_in_one_line(monkeypatch, capsys):
+    from benchmarks import __main__ as bench
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu, "missing", lambda: "no NVIDIA GPU on this machine (test)")
+    assert bench.main(["--only", "gpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "benchmarks --only gpu: not run: no NVIDIA GPU on this machine (test)"]
+
+
+def test_gpu_kernel_summary_csv_and_plan():
+    from benchmarks import gpu
+
+    text = ("Processing [x.sqlite] with [cuda_gpu_kern_sum.py]...\n"
+            "Time (%),Total Time (ns),Instances,Avg (ns),Name\n"
+            "60.0,600,3,200.0,gemm\n40.0,400,2,200.0,gelu\n")
+    rows = gpu._csv_rows(text)
+    assert [(r["Total Time (ns)"], r["Instances"]) for r in rows] == [("600", "3"), ("400", "2")]
+    assert gpu._csv_rows("no data") is None
+    plan = gpu.plan_for("nsys", range(11, 31), "/tmp/verlprof-bench-gpu-plan")
+    process = plan.process(gpu.GROUP, 0)
+    assert "--capture-range=cudaProfilerApi" in process.launch_argv
+    assert any(a.endswith("cuda,nvtx") for a in process.launch_argv)
+    assert len(process.windows) == 1

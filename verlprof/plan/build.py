@@ -10,7 +10,9 @@ workers and collection only execute it; none of them re-derives a decision.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+import functools
+import gc
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from verlprof import paths
 from verlprof.config.schema import ComponentConfig, ProfilingConfig
@@ -54,6 +56,32 @@ def group_step_windows(steps: Tuple[int, ...], continuous: bool) -> Tuple[Tuple[
     return tuple(tuple(w) for w in windows)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _cyclic_gc_paused(build: _F) -> _F:
+    """Run ``build`` with CPython's cyclic collector paused (as it was before, afterwards).
+
+    A plan is a tree of frozen records: it makes no reference cycles, so a collection during
+    the build finds nothing, yet each full one walks every object built so far. At 512 x 8
+    GPUs (86,016 reports) that was 5 full collections per plan against 0.6 at 64 x 8, and the
+    time in the collector grew 17-19x for 8x the ranks (0.025 s -> 0.42-0.48 s CPU, about a
+    fifth of the build): the growth was the collector's, not the plan's (Python calls 7.997x).
+    """
+    @functools.wraps(build)
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            if was_on:
+                gc.enable()
+
+    return paused  # type: ignore[return-value]
+
+
+@_cyclic_gc_paused
 def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     """The plan for ``config`` on ``topology``. Pure: no Ray, no I/O, no clock.
 
