@@ -50,14 +50,9 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, on_demand, ownership
+from verlprof.runtime import finish_hook, on_demand, ownership, placement
 from verlprof.runtime.clock_sync import ClockSync
-from verlprof.runtime.collect import (
-    collect_at_exit,
-    move_all,
-    run_manifest,
-    unreachable_reports,
-)
+from verlprof.runtime.collect import collect_at_exit, run_manifest, unreachable_reports
 from verlprof.runtime.output_guard import OutputGuard
 from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankError, RankRPC, describe_error
@@ -136,6 +131,7 @@ class ProfileController:
         if unwrapped is not None:
             self._warnings.append(unwrapped)
         self._on_demand = on_demand.serve_requests(self, requests)  # off: a no-op object
+        self._placement = placement.Placement(self)  # closed windows' reports leave their node
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -246,6 +242,7 @@ class ProfileController:
         targets = self._live(self._targets)
         # also the late ones: their stop must follow their start
         self._started.update(dict.fromkeys(targets, window))
+        self._placement.opened(window, targets)
         mirrored = list(map(self._next.get, targets))
         explicit = set() if mirrored.count(window) == len(targets) else \
             {t for t, n in zip(targets, mirrored) if n != window}
@@ -280,6 +277,7 @@ class ProfileController:
                     self._next[target] = None
                 self._on_errors(errors, raise_errors)
         finally:  # the workers' windows first: none of them takes in this process's close
+            self._placement.closed(started, unclosed)
             self._controller.close()
 
     # -- end of run ------------------------------------------------------------------------
@@ -319,7 +317,7 @@ class ProfileController:
                     plans[target], self._identity.get(target, ProcessIdentity(host="", pid=0)),
                     died or why.get(target, "no answer"), sent, self.plan.tool, local_node,
                     0 if cut else timeout))
-            entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
+            entries = self._placement.merge(items, self._rpc.actors, local_node)
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)

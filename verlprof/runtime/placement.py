@@ -1,0 +1,387 @@
+"""Placement while the job runs: a closed window's reports leave their node at once.
+
+The controller tells this module when a step window opens and closes (a queue put each: the
+step pays nothing more). One daemon thread of the controller's process, at the lowest CPU
+priority, does the rest off the step's critical path:
+
+* it asks each rank of a closed window which of its reports are complete on disk now
+  (``verlprof_ready``: torch's at close; nsys 2022.4 writes a ``repeat:N`` session's reports
+  only when its N-th window closes, so an nsys rank answers once its last window closed);
+* it places each at its contract path under output_dir: a hard link where the report is on
+  this node (no bytes copied; the ``.raw`` name goes at finalize), else the bytes over Ray,
+  read by a task pinned to the report's node (the rank's actor thread never carries them);
+* it rewrites ``manifest.json`` (``running: true``, atomically) with those reports ``ok`` and
+  every other planned one pending, and the journal ``.raw/placement.json`` that
+  ``verlprof collect`` reads when the controller dies before finalize
+  (``verlprof.runtime.leftovers``).
+
+Why a thread in the controller rather than one in each worker or a Ray task: the controller
+is the one writer of the manifest, it already knows which windows closed, and a worker's own
+thread would compete with training for that process's GIL; the node-pinned read task (the
+same one finalize uses) moves the bytes on a node other than the controller's.
+
+At :meth:`Placement.merge` (finalize) every report placed early keeps its entry exactly as
+finalize would have written it (same status, bytes, transfer, window times), at the same
+place in the manifest, and its raw file is removed; the rest move as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import queue
+import shutil
+import threading
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+
+from verlprof import paths
+from verlprof.manifest import ReportEntry
+from verlprof.records import (
+    STATUS_MISSING,
+    STATUS_OK,
+    StepWindow,
+    Target,
+    WorkerReport,
+)
+from verlprof.runtime.collect import _report_target, fetch_from_node, move_all
+from verlprof.runtime.journal import (
+    ProcessJournal,
+    RunJournal,
+    SentWindow,
+    remove_journal,
+    write_journal,
+)
+from verlprof.runtime.local_rpc import OnOwnThread
+from verlprof.runtime.rank_rpc import RankCalls
+from verlprof.runtime.teardown import discard, on_node
+from verlprof.worker.identity import node_id
+
+if TYPE_CHECKING:
+    from verlprof.runtime.controller import ProfileController
+
+logger = logging.getLogger("verlprof")
+
+PENDING = ("pending: the window closed; its report is still on its node (placed while the "
+           "job runs, at finalize, or by verlprof collect)")
+"""Reason of a closed window's report not placed yet (a manifest written while running)."""
+OPEN_NOW = "open: being captured"
+NOT_YET = "not captured yet: the job is running"
+POLL_S = 1.0
+"""First pause between asking the ranks that still hold reports of closed windows (doubles
+up to :data:`MAX_POLL_S` while nothing new is ready)."""
+MAX_POLL_S = 30.0
+
+
+def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
+    """Put one complete report at its contract path, keeping its raw file (removed at finalize);
+    its ``ok`` entry as finalize writes it, or None when it did not arrive whole (finalize moves
+    it then)."""
+    where, raw = item.where, item.raw_path
+    if not raw or item.status != STATUS_OK:
+        return None
+    relpath = paths.resolve_relpath(item.report.path, where.host, where.pid) \
+        if where.host and where.pid else item.report.path
+    target = _report_target(output_dir, relpath, False)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    local = not where.node_id or where.node_id == local_node
+    if local:
+        if os.path.isdir(raw):
+            return None
+        _link(raw, target)
+    else:
+        fetch_from_node(where.node_id, os.path.dirname(raw), os.path.basename(raw), target)
+    size = os.path.getsize(target)
+    if size == 0 or (item.bytes and size != item.bytes):
+        with contextlib.suppress(OSError):
+            os.remove(target)
+        return None
+    return ReportEntry.of(dataclasses.replace(item.report, path=relpath), status=STATUS_OK,
+                          host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
+                          reason=None, window_start_ns=item.window_start_ns,
+                          window_end_ns=item.window_end_ns,
+                          transfer="rename" if local else "ray")
+
+
+def _link(raw: str, target: str) -> None:
+    """``target`` becomes the same file as ``raw`` (a copy where no hard link can be made)."""
+    partial = target + paths.PART_SUFFIX
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(partial)
+    try:
+        os.link(raw, partial)
+    except OSError:  # another file system, or links not supported
+        shutil.copyfile(raw, partial)
+    os.replace(partial, target)
+
+
+Key = Tuple[Target, str]
+"""(group, rank) and the planned report path (the template, before host and pid)."""
+
+
+class Placement:
+    """The controller's background placer (see the module docstring)."""
+
+    def __init__(self, controller: ProfileController, poll_s: float = POLL_S,
+                 max_poll_s: float = MAX_POLL_S):
+        self.controller = controller
+        self.poll_s, self.max_poll_s = poll_s, max_poll_s
+        self.placed: Dict[Key, Tuple[ReportEntry, str]] = {}
+        """Reports placed early: their entry and the raw path they came from."""
+        self.problems: List[str] = []
+        self._sent: Dict[Target, List[SentWindow]] = {}
+        self._waiting: Set[Target] = set()
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._write_lock = threading.Lock()
+        self._finished = False
+        self._local = node_id()
+
+    # -- the controller's side: one queue put per event ---------------------------------------
+    def opened(self, window: StepWindow, targets: List[Target]) -> None:
+        self._put(("open", window, list(targets), set()))
+
+    def closed(self, started: Dict[Target, StepWindow], unclosed: Set[Target]) -> None:
+        if started:
+            self._put(("close", None, dict(started), set(unclosed)))
+
+    def finish(self, timeout_s: float = 60.0) -> None:
+        """Stop the thread after what it is doing (bounded); nothing is placed after this."""
+        self._finished = True
+        thread = self._thread
+        if thread is not None:
+            self._events.put(None)
+            thread.join(timeout_s)
+
+    def merge(self, items: List[WorkerReport], actors: Dict[Target, Any],
+              local_node: str) -> List[ReportEntry]:
+        """finalize's entries for ``items``, in their order, once the thread has stopped: a
+        report placed early keeps its entry and its raw file goes; the others move as before
+        (:func:`~verlprof.runtime.collect.move_all`). A missing report of a process whose Ray
+        node is gone says ``node <id> lost``. The journal goes: finalize writes the manifest."""
+        self.finish()
+        out: List[Optional[ReportEntry]] = [None] * len(items)
+        rest: List[int] = []
+        for index, item in enumerate(items):
+            early = self.placed.get(((item.report.group, item.report.rank), item.report.path))
+            if early is None:
+                rest.append(index)
+                continue
+            out[index] = early[0]
+            self._drop_raw(early[0], item.raw_path or early[1])
+        moved = move_all([items[i] for i in rest], actors, self.controller.plan.output_dir,
+                         local_node)
+        lost = _lost_nodes({e.node_id for e in moved if e.status == STATUS_MISSING and e.node_id})
+        for index, entry in zip(rest, moved):
+            if entry.node_id in lost and entry.status == STATUS_MISSING:
+                entry = dataclasses.replace(entry, reason=f"node {entry.node_id} lost "
+                                                          f"({entry.reason})")
+            out[index] = entry
+        remove_journal(self.controller.plan.output_dir)
+        return [e for e in out if e is not None]
+
+    # -- the thread ------------------------------------------------------------------------
+    def _put(self, event: Tuple[str, Optional[StepWindow], Any, Set[Target]]) -> None:
+        if self._finished:
+            return
+        self._events.put(event)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="verlprof-placement",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        _lowest_priority()
+        delay = self.poll_s
+        while True:
+            try:
+                event = self._events.get(timeout=delay if self._waiting else None)
+            except queue.Empty:
+                event = ()
+            if event is None or self._finished:
+                return
+            try:
+                if event:
+                    self._record(event)
+                    delay = self.poll_s
+                placed = self._look() if self._waiting else 0
+                if event or placed:
+                    self._write()
+                delay = self.poll_s if placed else min(delay * 2, self.max_poll_s)
+            except Exception as err:  # the job goes on; finalize places what is left
+                self._problem(f"placing reports while the job runs: {err}")
+
+    def _record(self, event: Tuple[str, Optional[StepWindow], Any, Set[Target]]) -> None:
+        kind, window, targets, unclosed = event
+        if kind == "open":
+            for target in targets:
+                self._sent.setdefault(target, []).append(SentWindow(steps=window, closed=False))
+            return
+        for target, steps in targets.items():
+            sent = self._sent.setdefault(target, [])
+            closed = target not in unclosed
+            for i in range(len(sent) - 1, -1, -1):
+                if sent[i].steps == steps:
+                    sent[i] = SentWindow(steps=steps, closed=closed)
+                    break
+            else:
+                sent.append(SentWindow(steps=steps, closed=closed))
+            if closed:
+                self._waiting.add(target)
+
+    def _look(self) -> int:
+        """Ask the waiting ranks for their complete reports and place them; how many."""
+        failed = self.controller._rpc.failed
+        self._waiting -= set(failed)
+        replies = self._ask(sorted(self._waiting))
+        count = 0
+        for target, reports in replies.items():
+            for item in reports:
+                key = (target, item.report.path)
+                try:
+                    entry = place_early(item, self.controller.plan.output_dir, self._local)
+                except Exception as err:  # finalize tries again with the raw file
+                    self._problem(f"{target[0]} rank {target[1]}: {item.report.path} not "
+                                  f"placed while running: {err}")
+                    continue
+                if entry is not None:
+                    self.placed[key] = (entry, item.raw_path or "")
+                    count += 1
+            if self._all_placed(target):
+                self._waiting.discard(target)
+        return count
+
+    def _all_placed(self, target: Target) -> bool:
+        """Whole-step windows: one report per closed window, all placed (a discrete process
+        opens a window per phase call: asked until finalize)."""
+        process = self.controller.plan.process(*target)
+        if process is None or process.mode != "whole":
+            return False
+        closed = {s.steps for s in self._sent.get(target, []) if s.closed}
+        return all((target, w.report.path) in self.placed for w in process.windows
+                   if w.steps in closed)
+
+    def _ask(self, targets: List[Target]) -> Dict[Target, List[WorkerReport]]:
+        """``verlprof_ready`` on each target. Over Ray not through the controller's calls: a
+        rank busy in a long phase must not be marked busy for the controller's own RPCs."""
+        rpc = self.controller._rpc
+        if not targets:
+            return {}
+        if not isinstance(rpc, RankCalls):
+            return _ask_in_process(rpc, targets)
+        import ray
+
+        refs = {rpc.actors[t].verlprof_ready.remote(): t for t in targets if t in rpc.actors}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=rpc.rpc_timeout_s)
+        out: Dict[Target, List[WorkerReport]] = {}
+        for ref in done:
+            with contextlib.suppress(Exception):  # a dead rank: the controller sees it itself
+                out[refs[ref]] = ray.get(ref)
+        return out
+
+    def _write(self) -> None:
+        """The running manifest and the journal, atomically each."""
+        controller = self.controller
+        plan = controller.plan
+        with self._write_lock:
+            if self._finished:
+                return
+            entries = self.running_entries() + list(controller._on_demand.gathered)
+            journal = RunJournal(run_id=controller.run.run_id, tool=plan.tool,
+                                 output_dir=plan.output_dir, processes=tuple(
+                                     ProcessJournal(process=p, identity=controller._identity[t],
+                                                    sent=tuple(self._sent.get(t, ())))
+                                     for t in controller.targets
+                                     if (p := plan.process(*t)) is not None
+                                     and t in controller._identity))
+            if not controller.run.writes_manifest:
+                return
+            write_journal(journal, plan.output_dir)
+            controller._write(dataclasses.replace(controller._manifest(entries), running=True))
+
+    def running_entries(self) -> List[ReportEntry]:
+        """Every planned report of the registered processes: placed ones ``ok``, the rest
+        ``missing`` for now, saying why: pending (closed window), open, or not captured yet
+        (``verlprof report`` reads only what is placed)."""
+        controller = self.controller
+        out: List[ReportEntry] = []
+        for target in controller.targets:
+            process = controller.plan.process(*target)
+            who = controller._identity.get(target)
+            if process is None or who is None:
+                continue
+            sent = {s.steps: s.closed for s in self._sent.get(target, [])}
+            for window in process.windows:
+                early = self.placed.get((target, window.report.path))
+                if early is not None:
+                    out.append(early[0])
+                    continue
+                reason = NOT_YET if window.steps not in sent else \
+                    PENDING if sent[window.steps] else OPEN_NOW
+                path = paths.resolve_relpath(window.report.path, who.host, who.pid) \
+                    if who.host and who.pid else window.report.path
+                out.append(ReportEntry.of(dataclasses.replace(window.report, path=path),
+                                          status=STATUS_MISSING, reason=reason, host=who.host,
+                                          pid=who.pid, node_id=who.node_id))
+        return out
+
+    def _drop_raw(self, entry: ReportEntry, raw: str) -> None:
+        """The raw file of a report placed early, now that finalize has its entry."""
+        if not raw:
+            return
+        if not entry.node_id or entry.node_id == self._local:
+            target = os.path.join(self.controller.plan.output_dir, entry.path)
+            with contextlib.suppress(OSError):
+                if os.path.abspath(raw) != os.path.abspath(target):
+                    os.remove(raw)
+            return
+        with contextlib.suppress(Exception):  # a lost node keeps it; nothing else to do
+            on_node(discard, entry.node_id, os.path.dirname(raw), [os.path.basename(raw)],
+                    timeout_s=30.0)
+
+    def _problem(self, line: str) -> None:
+        if line not in self.problems:
+            self.problems.append(line)
+            logger.warning("verlprof: %s", line)
+
+
+def _ask_in_process(rpc: Any, targets: List[Target]) -> Dict[Target, List[WorkerReport]]:
+    """``verlprof_ready`` on in-process ranks (``runtime/local_rpc.py``): straight to each
+    rank, as the Ray path bypasses the layer's bookkeeping; a rank killed or busy is not
+    asked (a Ray actor in that state would not answer either)."""
+    out: Dict[Target, List[WorkerReport]] = {}
+    dead = getattr(rpc, "_dead", {})
+    for target in targets:
+        actor = rpc.actors.get(target)
+        if actor is None or target in dead or target in getattr(rpc, "busy", {}):
+            continue
+        with contextlib.suppress(Exception):
+            if isinstance(actor, OnOwnThread):
+                out[target] = actor.send(actor.rank.verlprof_ready, ()).result(
+                    rpc.rpc_timeout_s)
+            else:
+                out[target] = actor.verlprof_ready()
+    return out
+
+
+def _lowest_priority() -> None:
+    """This thread at nice 19 (Linux: a thread's own priority), so that the trainer's threads
+    go first when the cores are busy."""
+    with contextlib.suppress(Exception):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+def _lost_nodes(candidates: Set[str]) -> Set[str]:
+    """Which of these Ray node ids Ray reports dead (none outside Ray)."""
+    if not candidates:
+        return set()
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return set()
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    except Exception:
+        return set()
+    return {n for n in candidates if n not in alive}
