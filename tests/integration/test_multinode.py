@@ -94,3 +94,78 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
     assert {(e["node_id"], e["transfer"]) for e in engine} == {(second, "ray")}
     assert manifest["controller"]["node_id"] != second
     assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written
+
+
+def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
+    """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
+    runs (torch writes each at close; they travel over Ray from that node). Its raylet is then
+    killed during step 3: steps 1-2 of that node stay ok and readable, its step 3 is missing
+    naming the node, and every report of the other two nodes is ok. Last in this module: the
+    cluster keeps two nodes after it."""
+    import gzip
+    import json
+    import threading
+    import time
+
+    import ray
+
+    doomed = two_nodes.add_node(num_cpus=2, resources={"doomed_node": 100})
+    two_nodes.wait_for_nodes()
+    out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = run_case(out, [
+                "trainer.total_training_steps=3", "trainer.profile_steps=[1,2,3]",
+                "trainer.profiler.tool=torch", "actor_rollout_ref.actor.profile_ranks=[0]",
+                "actor_rollout_ref.rollout.profile_ranks=[]", "critic.profile_ranks_all=true",
+                "reward_model.profile_ranks=[0]", "+demo.controller_resources={head_node: 1}",
+                "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, "
+                "critic: {doomed_node: 1}, rm: {second_node: 1}}",
+                "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,"
+                f"step:3,action:sleep,seconds:15,marker:'{marker}'}}]"])[1]
+        except Exception as err:  # the step needing the lost critic fails; finalize ran
+            outcome["error"] = err
+
+    trainer = threading.Thread(target=run, daemon=True)
+    trainer.start()
+    lost = doomed.unique_id
+    deadline = time.monotonic() + 300
+    critic_placed = []
+    while len(critic_placed) < 4:  # steps 1-2 of both critic ranks, placed while running
+        assert trainer.is_alive() and time.monotonic() < deadline, outcome
+        try:
+            with open(os.path.join(out, "manifest.json")) as handle:
+                running = json.load(handle)
+        except (OSError, ValueError):
+            running = {"reports": []}
+        critic_placed = [e for e in running["reports"] if e["group"] == "critic"
+                         and e["status"] == "ok" and e["steps"] in ([1], [2])]
+        time.sleep(0.3)
+    while not os.path.exists(marker):  # step 3's windows are open
+        assert trainer.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.2)
+    two_nodes.remove_node(doomed, allow_graceful=False)
+    trainer.join(300)
+    assert not trainer.is_alive()
+    with open(os.path.join(out, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    assert manifest["running"] is False
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    on_lost = [e for e in manifest["reports"] if e["node_id"] == lost]
+    assert sorted((e["rank"], e["steps"][0]) for e in on_lost) == [
+        (r, s) for r in (0, 1) for s in (1, 2, 3)]
+    for entry in on_lost:
+        if entry["steps"] == [3]:
+            assert entry["status"] == "missing" and entry["reason"].startswith(
+                f"node {lost} lost"), entry
+        else:
+            assert entry["status"] == "ok" and entry["transfer"] == "ray", entry
+            with gzip.open(os.path.join(out, entry["path"]), "rt") as handle:
+                assert json.load(handle)["traceEvents"]  # whole and readable
+    others = [e for e in manifest["reports"] if e["node_id"] != lost]
+    assert {e["status"] for e in others} == {"ok"}, others
+    assert sorted((e["group"], e["steps"][0]) for e in others if e["group"] != "controller") \
+        == [(g, s) for g in ("actor_rollout_ref", "rm") for s in (1, 2, 3)]
+    assert {e["node_id"] for e in others if e["group"] != "controller"} <= nodes

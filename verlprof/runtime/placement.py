@@ -215,6 +215,7 @@ class Placement:
     def _record(self, event: Tuple[str, Optional[StepWindow], Any, Set[Target]]) -> None:
         kind, window, targets, unclosed = event
         if kind == "open":
+            assert window is not None
             for target in targets:
                 self._sent.setdefault(target, []).append(SentWindow(steps=window, closed=False))
             return
