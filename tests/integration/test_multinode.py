@@ -130,7 +130,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
 
     trainer = threading.Thread(target=run, daemon=True)
     trainer.start()
-    lost = doomed.unique_id
+    lost = doomed.node_id
     deadline = time.monotonic() + 300
     critic_placed = []
     while len(critic_placed) < 4:  # steps 1-2 of both critic ranks, placed while running
@@ -155,7 +155,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     on_lost = [e for e in manifest["reports"] if e["node_id"] == lost]
     assert sorted((e["rank"], e["steps"][0]) for e in on_lost) == [
-        (r, s) for r in (0, 1) for s in (1, 2, 3)]
+        (r, s) for r in (0, 1) for s in (1, 2, 3)], manifest
     for entry in on_lost:
         if entry["steps"] == [3]:
             assert entry["status"] == "missing" and entry["reason"].startswith(
