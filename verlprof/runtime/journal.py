@@ -1,10 +1,10 @@
 """The journal of a running job, ``<output_dir>/.raw/placement.json``: what ``verlprof
 collect`` needs to place the reports a job left when its controller died before finalize.
 
-The manifest says which reports a run plans and which are placed; it does not hold the plan.
-The journal adds, per planned process, its :class:`~verlprof.plan.model.ProcessPlan` (where
-its raw files are and how the tool names them), who ran it, and the step windows it was sent
-with whether each closed (nsys numbers a process's reports in that order). The controller
+The manifest says which reports a run plans and which are placed. The journal adds, per
+planned process, who ran it and the step windows it was sent with whether each closed (nsys
+numbers a process's reports in that order): small, so that it can be rewritten with each
+running manifest at thousands of ranks. The controller
 rewrites it with each running manifest (``verlprof.runtime.placement``) and removes it at
 finalize.
 """
@@ -17,12 +17,11 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import dacite
 
 from verlprof import paths
-from verlprof.plan.model import ProcessPlan
 from verlprof.records import ProcessIdentity, StepWindow
 
 JOURNAL_NAME = "placement.json"
@@ -39,11 +38,16 @@ class SentWindow:
 
 @dataclass(frozen=True)
 class ProcessJournal:
-    """One planned process as the controller left it: enough to place its files later."""
+    """One planned process as the controller left it: with its entries in the manifest,
+    enough to place its files later (its raw directory follows from group and rank)."""
 
-    process: ProcessPlan
+    group: str
+    rank: int
     identity: ProcessIdentity
     sent: Tuple[SentWindow, ...] = ()
+    open_ended: bool = False
+    """Launched with an open-ended nsys count (an armed rank): reports only at exit, unnumbered
+    by window."""
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,18 @@ def read_journal(output_dir: str) -> Optional[RunJournal]:
 
 
 def write_journal(journal: RunJournal, output_dir: str) -> None:
-    """Atomically (temp file + rename), like the manifest."""
-    folder = os.path.dirname(journal_path(output_dir))
+    write_json(os.path.join(output_dir, paths.RAW_DIR), JOURNAL_NAME, dataclasses.asdict(journal))
+
+
+def write_json(folder: str, name: str, data: Any) -> None:
+    """Atomically (temp file + rename, as ``write_manifest``): a reader never sees half."""
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".placement.", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(dataclasses.asdict(journal), handle)
-        os.replace(tmp, journal_path(output_dir))
+            json.dump(data, handle, indent=2 if name == paths.MANIFEST_NAME else None)
+            handle.write("\n")
+        os.replace(tmp, os.path.join(folder, name))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -20,8 +20,10 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from verlprof import paths
+from verlprof.backends.nsys.argv import OPEN_ENDED
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
+from verlprof.plan.model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 from verlprof.runtime.collect import move_report, unreachable_reports
 from verlprof.runtime.journal import ProcessJournal, read_journal, remove_journal
@@ -96,8 +98,11 @@ def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeou
                    entries: List[ReportEntry], index: Dict[tuple, int]) -> List[ReportEntry]:
     """The entries of one process's reports not placed yet (ok ones untouched; their raw
     hard link, left for finalize, goes)."""
-    plan, where = journal.process, journal.identity
-    process = dataclasses.replace(plan, raw_dir=paths.raw_dir(output_dir, plan.group, plan.rank))
+    where = journal.identity
+    process = _process(output_dir, journal, [e for e in entries if not e.requested_by and (
+        e.group, e.rank) == (journal.group, journal.rank)])
+    if process is None:
+        return []
     visible = os.path.isdir(process.raw_dir)
     history = [(s.steps, s.closed) for s in journal.sent]
     items = unreachable_reports(process, where, reason, history, process.backend,
@@ -113,6 +118,22 @@ def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeou
             item = dataclasses.replace(item, reason=_why_missing(item, sent, visible, reason))
         out.append(move_report(item, output_dir, where.node_id, None))
     return out
+
+
+def _process(output_dir: str, journal: ProcessJournal,
+             planned: List[ReportEntry]) -> Optional[ProcessPlan]:
+    """The process's plan as far as placing its files needs it: its windows (from its
+    manifest entries, in order), tool, raw directory and whether nsys numbers its reports."""
+    if not planned:
+        return None
+    return ProcessPlan(
+        group=journal.group, rank=journal.rank, roles=(), selected_roles=(),
+        mode="discrete" if any(e.phase for e in planned) else "whole",
+        backend=planned[0].backend,
+        windows=tuple(Window(steps=e.steps, report=e.identity, role=e.role, phase=e.phase)
+                      for e in planned),
+        launch_argv=(OPEN_ENDED,) if journal.open_ended else (),
+        raw_dir=paths.raw_dir(output_dir, journal.group, journal.rank))
 
 
 def _why_missing(item: WorkerReport, sent: set, visible: bool, reason: str) -> str:

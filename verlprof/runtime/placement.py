@@ -34,10 +34,12 @@ import os
 import queue
 import shutil
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from verlprof import paths
-from verlprof.manifest import ReportEntry
+from verlprof.backends.nsys.argv import OPEN_ENDED
+from verlprof.manifest import Manifest, ReportEntry
 from verlprof.records import (
     STATUS_MISSING,
     STATUS_OK,
@@ -52,6 +54,7 @@ from verlprof.runtime.journal import (
     SentWindow,
     remove_journal,
     write_journal,
+    write_json,
 )
 from verlprof.runtime.local_rpc import OnOwnThread
 from verlprof.runtime.rank_rpc import RankCalls
@@ -72,6 +75,10 @@ POLL_S = 1.0
 """First pause between asking the ranks that still hold reports of closed windows (doubles
 up to :data:`MAX_POLL_S` while nothing new is ready)."""
 MAX_POLL_S = 30.0
+WRITE_GAP_S = 0.5
+"""Least time between two writes of the running manifest (events coalesce meanwhile)."""
+WRITE_SHARE = 0.05
+"""Most of the thread's time spent writing the manifest and the journal."""
 
 
 def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
@@ -137,6 +144,7 @@ class Placement:
         self._write_lock = threading.Lock()
         self._finished = False
         self._local = node_id()
+        self._pending: Dict[Tuple[Target, str, str], ReportEntry] = {}
 
     # -- the controller's side: one queue put per event ---------------------------------------
     def opened(self, window: StepWindow, targets: List[Target]) -> None:
@@ -192,11 +200,17 @@ class Placement:
             self._thread.start()
 
     def _run(self) -> None:
+        """Events first; a look at the waiting ranks when due (at once after a window
+        closed, then backing off); a write when due: at least :data:`WRITE_GAP_S` after the
+        last one and :data:`WRITE_SHARE` of the time at most (a manifest of 25,000 entries
+        takes seconds: at 8,192 ranks it is written every minute or so, not per window)."""
         _lowest_priority()
-        delay = self.poll_s
+        delay, next_look, next_write, dirty = self.poll_s, 0.0, 0.0, False
         while True:
+            now = time.monotonic()
+            due = [t for t, on in ((next_look, bool(self._waiting)), (next_write, dirty)) if on]
             try:
-                event = self._events.get(timeout=delay if self._waiting else None)
+                event = self._events.get(timeout=max(0.0, min(due) - now) if due else None)
             except queue.Empty:
                 event = ()
             if event is None or self._finished:
@@ -204,11 +218,18 @@ class Placement:
             try:
                 if event:
                     self._record(event)
-                    delay = self.poll_s
-                placed = self._look() if self._waiting else 0
-                if event or placed:
+                    delay, next_look, dirty = self.poll_s, 0.0, True
+                    continue  # take every queued event before looking
+                now = time.monotonic()
+                if self._waiting and now >= next_look:
+                    placed = self._look()
+                    dirty = dirty or placed > 0
+                    delay = self.poll_s if placed else min(delay * 2, self.max_poll_s)
+                    next_look = time.monotonic() + delay
+                if dirty and now >= next_write:
                     self._write()
-                delay = self.poll_s if placed else min(delay * 2, self.max_poll_s)
+                    took = time.monotonic() - now
+                    next_write, dirty = now + max(WRITE_GAP_S, took / WRITE_SHARE), False
             except Exception as err:  # the job goes on; finalize places what is left
                 self._problem(f"placing reports while the job runs: {err}")
 
@@ -291,15 +312,18 @@ class Placement:
             entries = self.running_entries() + list(controller._on_demand.gathered)
             journal = RunJournal(run_id=controller.run.run_id, tool=plan.tool,
                                  output_dir=plan.output_dir, processes=tuple(
-                                     ProcessJournal(process=p, identity=controller._identity[t],
-                                                    sent=tuple(self._sent.get(t, ())))
+                                     ProcessJournal(group=t[0], rank=t[1],
+                                                    identity=controller._identity[t],
+                                                    sent=tuple(self._sent.get(t, ())),
+                                                    open_ended=OPEN_ENDED in p.launch_argv)
                                      for t in controller.targets
                                      if (p := plan.process(*t)) is not None
                                      and t in controller._identity))
             if not controller.run.writes_manifest:
                 return
             write_journal(journal, plan.output_dir)
-            controller._write(dataclasses.replace(controller._manifest(entries), running=True))
+            manifest = dataclasses.replace(controller._manifest(entries), running=True)
+            write_json(plan.output_dir, paths.MANIFEST_NAME, _flat(manifest))
 
     def running_entries(self) -> List[ReportEntry]:
         """Every planned report of the registered processes: placed ones ``ok``, the rest
@@ -320,11 +344,15 @@ class Placement:
                     continue
                 reason = NOT_YET if window.steps not in sent else \
                     PENDING if sent[window.steps] else OPEN_NOW
-                path = paths.resolve_relpath(window.report.path, who.host, who.pid) \
-                    if who.host and who.pid else window.report.path
-                out.append(ReportEntry.of(dataclasses.replace(window.report, path=path),
-                                          status=STATUS_MISSING, reason=reason, host=who.host,
-                                          pid=who.pid, node_id=who.node_id))
+                key = (target, window.report.path, reason)
+                entry = self._pending.get(key)
+                if entry is None:  # built once per state: thousands of ranks, every write
+                    path = paths.resolve_relpath(window.report.path, who.host, who.pid) \
+                        if who.host and who.pid else window.report.path
+                    entry = self._pending[key] = ReportEntry.of(
+                        dataclasses.replace(window.report, path=path), status=STATUS_MISSING,
+                        reason=reason, host=who.host, pid=who.pid, node_id=who.node_id)
+                out.append(entry)
         return out
 
     def _drop_raw(self, entry: ReportEntry, raw: str) -> None:
@@ -364,6 +392,15 @@ def _ask_in_process(rpc: Any, targets: List[Target]) -> Dict[Target, List[Worker
             else:
                 out[target] = actor.verlprof_ready()
     return out
+
+
+def _flat(manifest: Manifest) -> Dict[str, Any]:
+    """``manifest.to_dict()`` without deep-copying every entry (``asdict`` of 25,000 entries
+    takes seconds): entries and processes are flat records of strings, numbers and tuples."""
+    head = dataclasses.asdict(dataclasses.replace(manifest, reports=(), processes=()))
+    head["reports"] = [dict(vars(e)) for e in manifest.reports]
+    head["processes"] = [dict(vars(p)) for p in manifest.processes]
+    return head
 
 
 def _lowest_priority() -> None:
