@@ -98,12 +98,14 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
 
 def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
-    runs (torch writes each at close; they travel over Ray from that node). Its raylet is then
-    killed during step 3: steps 1-2 of that node stay ok and readable, its step 3 is missing
+    runs (torch writes each at close; they travel over Ray from that node). Its raylet and
+    worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of that node stay ok and readable, its step 3 is missing
     naming the node, and every report of the other two nodes is ok. Last in this module: the
     cluster keeps two nodes after it."""
+    import contextlib
     import gzip
     import json
+    import signal
     import threading
     import time
 
@@ -124,7 +126,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
                 "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, "
                 "critic: {doomed_node: 1}, rm: {second_node: 1}}",
                 "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,"
-                f"step:3,action:sleep,seconds:15,marker:'{marker}'}}]"])[1]
+                f"step:3,action:sleep,seconds:45,marker:'{marker}'}}]"])[1]
         except Exception as err:  # the step needing the lost critic fails; finalize ran
             outcome["error"] = err
 
@@ -147,6 +149,13 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
         assert trainer.is_alive() and time.monotonic() < deadline, outcome
         time.sleep(0.2)
     two_nodes.remove_node(doomed, allow_graceful=False)
+    for process in running["processes"]:  # its worker processes go with the machine
+        if process["node_id"] == lost:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process["pid"], signal.SIGKILL)
+    while lost in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:  # before step 3 goes on
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
     trainer.join(300)
     assert not trainer.is_alive()
     with open(os.path.join(out, "manifest.json")) as handle:

@@ -84,8 +84,9 @@ def write_json(folder: str, name: str, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2 if name == paths.MANIFEST_NAME else None)
-            handle.write("\n")
+            # one string, no indent: only then does json use its C encoder (json.dump, or an
+            # indent, runs the Python one: seconds for the 25,000 entries of 8,192 ranks)
+            handle.write(json.dumps(data) + "\n")
         os.replace(tmp, os.path.join(folder, name))
     except BaseException:
         with contextlib.suppress(OSError):

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 from verlprof import paths
 from verlprof.backends.nsys.argv import OPEN_ENDED
 from verlprof.manifest import Manifest, ReportEntry
+from verlprof.plan.model import ProcessPlan
 from verlprof.records import (
     STATUS_MISSING,
     STATUS_OK,
@@ -145,6 +146,8 @@ class Placement:
         self._finished = False
         self._local = node_id()
         self._pending: Dict[Tuple[Target, str, str], ReportEntry] = {}
+        self._plans_of: Optional[Any] = None
+        self._by_target: Dict[Target, ProcessPlan] = {}
 
     # -- the controller's side: one queue put per event ---------------------------------------
     def opened(self, window: StepWindow, targets: List[Target]) -> None:
@@ -277,12 +280,21 @@ class Placement:
     def _all_placed(self, target: Target) -> bool:
         """Whole-step windows: one report per closed window, all placed (a discrete process
         opens a window per phase call: asked until finalize)."""
-        process = self.controller.plan.process(*target)
+        process = self._plans().get(target)
         if process is None or process.mode != "whole":
             return False
         closed = {s.steps for s in self._sent.get(target, []) if s.closed}
         return all((target, w.report.path) in self.placed for w in process.windows
                    if w.steps in closed)
+
+    def _plans(self) -> Dict[Target, ProcessPlan]:
+        """The plan's processes by target (``plan.process`` scans them: at 8,192 ranks, once
+        per rank, seconds), again whenever the controller follows a new plan."""
+        plan = self.controller.plan
+        if self._plans_of is not plan:
+            self._by_target = {(p.group, p.rank): p for p in plan.processes}
+            self._plans_of = plan
+        return self._by_target
 
     def _ask(self, targets: List[Target]) -> Dict[Target, List[WorkerReport]]:
         """``verlprof_ready`` on each target. Over Ray not through the controller's calls: a
@@ -309,7 +321,8 @@ class Placement:
         with self._write_lock:
             if self._finished:
                 return
-            entries = self.running_entries() + list(controller._on_demand.gathered)
+            plans = self._plans()
+            entries = self.running_entries(plans) + list(controller._on_demand.gathered)
             journal = RunJournal(run_id=controller.run.run_id, tool=plan.tool,
                                  output_dir=plan.output_dir, processes=tuple(
                                      ProcessJournal(group=t[0], rank=t[1],
@@ -317,7 +330,7 @@ class Placement:
                                                     sent=tuple(self._sent.get(t, ())),
                                                     open_ended=OPEN_ENDED in p.launch_argv)
                                      for t in controller.targets
-                                     if (p := plan.process(*t)) is not None
+                                     if (p := plans.get(t)) is not None
                                      and t in controller._identity))
             if not controller.run.writes_manifest:
                 return
@@ -325,14 +338,14 @@ class Placement:
             manifest = dataclasses.replace(controller._manifest(entries), running=True)
             write_json(plan.output_dir, paths.MANIFEST_NAME, _flat(manifest))
 
-    def running_entries(self) -> List[ReportEntry]:
+    def running_entries(self, plans: Dict[Target, ProcessPlan]) -> List[ReportEntry]:
         """Every planned report of the registered processes: placed ones ``ok``, the rest
         ``missing`` for now, saying why: pending (closed window), open, or not captured yet
         (``verlprof report`` reads only what is placed)."""
         controller = self.controller
         out: List[ReportEntry] = []
         for target in controller.targets:
-            process = controller.plan.process(*target)
+            process = plans.get(target)
             who = controller._identity.get(target)
             if process is None or who is None:
                 continue
