@@ -99,9 +99,9 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
 def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
     runs (torch writes each at close; they travel over Ray from that node). Its raylet and
-    worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of that node stay ok and readable, its step 3 is missing
-    naming the node, and every report of the other two nodes is ok. Last in this module: the
-    cluster keeps two nodes after it."""
+    worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of
+    that node stay ok and readable, its step 3 is missing naming the node, and every report
+    of the other two nodes is ok. Last in this module: the cluster keeps two nodes after it."""
     import contextlib
     import gzip
     import json
