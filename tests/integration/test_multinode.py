@@ -134,20 +134,22 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     trainer.start()
     lost = doomed.node_id
     deadline = time.monotonic() + 300
-    critic_placed = []
-    while len(critic_placed) < 4:  # steps 1-2 of both critic ranks, placed while running
+    while not os.path.exists(marker):  # step 3 began: steps 1-2 closed, step 3's windows open
         assert trainer.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.2)
+    seen: dict = {}
+    while sorted(seen.get(s, "") for s in ((0, 1), (0, 2), (1, 1), (1, 2))) != ["ok"] * 4:
+        assert trainer.is_alive() and time.monotonic() < deadline, (outcome, seen)
+        time.sleep(0.3)
         try:
             with open(os.path.join(out, "manifest.json")) as handle:
                 running = json.load(handle)
         except (OSError, ValueError):
-            running = {"reports": []}
-        critic_placed = [e for e in running["reports"] if e["group"] == "critic"
-                         and e["status"] == "ok" and e["steps"] in ([1], [2])]
-        time.sleep(0.3)
-    while not os.path.exists(marker):  # step 3's windows are open
-        assert trainer.is_alive() and time.monotonic() < deadline, outcome
-        time.sleep(0.2)
+            continue
+        seen = {(e["rank"], e["steps"][0]): e["status"] if e["status"] == "ok" else e["reason"]
+                for e in running["reports"] if e["group"] == "critic"}
+    # placed while running, and step 3 still open on that node as it goes
+    assert seen[(0, 3)] == seen[(1, 3)] == "open: being captured", seen
     two_nodes.remove_node(doomed, allow_graceful=False)
     for process in running["processes"]:  # its worker processes go with the machine
         if process["node_id"] == lost:
