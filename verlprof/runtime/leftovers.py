@@ -28,6 +28,7 @@ from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 from verlprof.runtime.collect import move_report, unreachable_reports
 from verlprof.runtime.journal import ProcessJournal, read_journal, remove_journal
 from verlprof.runtime.run_lock import read_lock, stale_reason
+from verlprof.safe_text import visible
 
 ENDED = "the run ended without finalize"
 """How the manifest's warnings and ``verlprof status`` begin for such a run."""
@@ -163,8 +164,6 @@ def _key(entry) -> tuple:
 
 def run_collect(output_dir: str, timeout_s: float) -> int:
     """``verlprof collect``: 0 when every report is ok, 1 when some are not (each named)."""
-    from verlprof.safe_text import visible
-
     try:
         manifest, problems = collect_leftovers(output_dir, timeout_s)
     except ValueError as err:

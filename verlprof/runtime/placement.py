@@ -32,23 +32,21 @@ import dataclasses
 import logging
 import os
 import queue
-import shutil
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from verlprof import paths
 from verlprof.backends.nsys.argv import OPEN_ENDED
-from verlprof.manifest import Manifest, ReportEntry
+from verlprof.manifest import ReportEntry
 from verlprof.plan.model import ProcessPlan
 from verlprof.records import (
     STATUS_MISSING,
-    STATUS_OK,
     StepWindow,
     Target,
     WorkerReport,
 )
-from verlprof.runtime.collect import _report_target, fetch_from_node, move_all
+from verlprof.runtime.collect import move_all
 from verlprof.runtime.journal import (
     ProcessJournal,
     RunJournal,
@@ -57,7 +55,13 @@ from verlprof.runtime.journal import (
     write_journal,
     write_json,
 )
-from verlprof.runtime.local_rpc import OnOwnThread
+from verlprof.runtime.placing import (
+    ask_in_process,
+    flat,
+    lost_nodes,
+    lowest_priority,
+    place_early,
+)
 from verlprof.runtime.rank_rpc import RankCalls
 from verlprof.runtime.teardown import discard, on_node
 from verlprof.worker.identity import node_id
@@ -80,48 +84,6 @@ WRITE_GAP_S = 0.5
 """Least time between two writes of the running manifest (events coalesce meanwhile)."""
 WRITE_SHARE = 0.05
 """Most of the thread's time spent writing the manifest and the journal."""
-
-
-def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
-    """Put one complete report at its contract path, keeping its raw file (removed at finalize);
-    its ``ok`` entry as finalize writes it, or None when it did not arrive whole (finalize moves
-    it then)."""
-    where, raw = item.where, item.raw_path
-    if not raw or item.status != STATUS_OK:
-        return None
-    relpath = paths.resolve_relpath(item.report.path, where.host, where.pid) \
-        if where.host and where.pid else item.report.path
-    target = _report_target(output_dir, relpath, False)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    local = not where.node_id or where.node_id == local_node
-    if local:
-        if os.path.isdir(raw):
-            return None
-        _link(raw, target)
-    else:
-        fetch_from_node(where.node_id, os.path.dirname(raw), os.path.basename(raw), target)
-    size = os.path.getsize(target)
-    if size == 0 or (item.bytes and size != item.bytes):
-        with contextlib.suppress(OSError):
-            os.remove(target)
-        return None
-    return ReportEntry.of(dataclasses.replace(item.report, path=relpath), status=STATUS_OK,
-                          host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
-                          reason=None, window_start_ns=item.window_start_ns,
-                          window_end_ns=item.window_end_ns,
-                          transfer="rename" if local else "ray")
-
-
-def _link(raw: str, target: str) -> None:
-    """``target`` becomes the same file as ``raw`` (a copy where no hard link can be made)."""
-    partial = target + paths.PART_SUFFIX
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(partial)
-    try:
-        os.link(raw, partial)
-    except OSError:  # another file system, or links not supported
-        shutil.copyfile(raw, partial)
-    os.replace(partial, target)
 
 
 Key = Tuple[Target, str]
@@ -183,7 +145,7 @@ class Placement:
             self._drop_raw(early[0], item.raw_path or early[1])
         moved = move_all([items[i] for i in rest], actors, self.controller.plan.output_dir,
                          local_node)
-        lost = _lost_nodes({e.node_id for e in moved if e.status == STATUS_MISSING and e.node_id})
+        lost = lost_nodes({e.node_id for e in moved if e.status == STATUS_MISSING and e.node_id})
         for index, entry in zip(rest, moved):
             if entry.node_id in lost and entry.status == STATUS_MISSING:
                 entry = dataclasses.replace(entry, reason=f"node {entry.node_id} lost "
@@ -207,7 +169,7 @@ class Placement:
         closed, then backing off); a write when due: at least :data:`WRITE_GAP_S` after the
         last one and :data:`WRITE_SHARE` of the time at most (a manifest of 25,000 entries
         takes seconds: at 8,192 ranks it is written every minute or so, not per window)."""
-        _lowest_priority()
+        lowest_priority()
         delay, next_look, next_write, dirty = self.poll_s, 0.0, 0.0, False
         while True:
             now = time.monotonic()
@@ -303,7 +265,7 @@ class Placement:
         if not targets:
             return {}
         if not isinstance(rpc, RankCalls):
-            return _ask_in_process(rpc, targets)
+            return ask_in_process(rpc, targets)
         import ray
 
         refs = {rpc.actors[t].verlprof_ready.remote(): t for t in targets if t in rpc.actors}
@@ -336,7 +298,7 @@ class Placement:
                 return
             write_journal(journal, plan.output_dir)
             manifest = dataclasses.replace(controller._manifest(entries), running=True)
-            write_json(plan.output_dir, paths.MANIFEST_NAME, _flat(manifest))
+            write_json(plan.output_dir, paths.MANIFEST_NAME, flat(manifest))
 
     def running_entries(self, plans: Dict[Target, ProcessPlan]) -> List[ReportEntry]:
         """Every planned report of the registered processes: placed ones ``ok``, the rest
@@ -386,53 +348,3 @@ class Placement:
         if line not in self.problems:
             self.problems.append(line)
             logger.warning("verlprof: %s", line)
-
-
-def _ask_in_process(rpc: Any, targets: List[Target]) -> Dict[Target, List[WorkerReport]]:
-    """``verlprof_ready`` on in-process ranks (``runtime/local_rpc.py``): straight to each
-    rank, as the Ray path bypasses the layer's bookkeeping; a rank killed or busy is not
-    asked (a Ray actor in that state would not answer either)."""
-    out: Dict[Target, List[WorkerReport]] = {}
-    dead = getattr(rpc, "_dead", {})
-    for target in targets:
-        actor = rpc.actors.get(target)
-        if actor is None or target in dead or target in getattr(rpc, "busy", {}):
-            continue
-        with contextlib.suppress(Exception):
-            if isinstance(actor, OnOwnThread):
-                out[target] = actor.send(actor.rank.verlprof_ready, ()).result(
-                    rpc.rpc_timeout_s)
-            else:
-                out[target] = actor.verlprof_ready()
-    return out
-
-
-def _flat(manifest: Manifest) -> Dict[str, Any]:
-    """``manifest.to_dict()`` without deep-copying every entry (``asdict`` of 25,000 entries
-    takes seconds): entries and processes are flat records of strings, numbers and tuples."""
-    head = dataclasses.asdict(dataclasses.replace(manifest, reports=(), processes=()))
-    head["reports"] = [dict(vars(e)) for e in manifest.reports]
-    head["processes"] = [dict(vars(p)) for p in manifest.processes]
-    return head
-
-
-def _lowest_priority() -> None:
-    """This thread at nice 19 (Linux: a thread's own priority), so that the trainer's threads
-    go first when the cores are busy."""
-    with contextlib.suppress(Exception):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
-def _lost_nodes(candidates: Set[str]) -> Set[str]:
-    """Which of these Ray node ids Ray reports dead (none outside Ray)."""
-    if not candidates:
-        return set()
-    try:
-        import ray
-
-        if not ray.is_initialized():
-            return set()
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-    except Exception:
-        return set()
-    return {n for n in candidates if n not in alive}
