@@ -81,11 +81,12 @@ def run_loop(plan_dict: Dict[str, Any], placing: bool) -> Dict[str, Any]:
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.launch import worker_options
 
-    if not placing:  # this process only: the controller as before placement existed
-        placement.Placement.opened = lambda *a, **k: None  # type: ignore[method-assign]
-        placement.Placement.closed = lambda *a, **k: None  # type: ignore[method-assign]
     plan = ProfilePlan.from_dict(plan_dict)
     controller = ProfileController(plan, echo=False, preflight="quick")
+    if not placing:  # this controller only (Ray reuses the task's process for the next run)
+        controller._placement = placement.Placement(controller)
+        controller._placement.opened = lambda *a, **k: None  # type: ignore[method-assign]
+        controller._placement.closed = lambda *a, **k: None  # type: ignore[method-assign]
     cls = ray.remote(num_cpus=0)(PlacedWorker)
     actors = [cls.options(**worker_options(plan, "actor_rollout_ref", r)).remote(r)
               for r in range(2)]
