@@ -125,9 +125,8 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
                 "reward_model.profile_ranks=[0]", "+demo.controller_resources={head_node: 1}",
                 "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, "
                 "critic: {doomed_node: 1}, rm: {second_node: 1}}",
-                # the lost node's critic holds step 3 until the node goes (no fixed wait)
-                "+demo.faults=[{group:critic,rank:0,phase:compute_values,step:3,"
-                f"action:sleep,seconds:600,marker:'{marker}'}}]"])[1]
+                "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,"
+                f"step:3,action:sleep,seconds:60,marker:'{marker}'}}]"])[1]
         except Exception as err:  # the step needing the lost critic fails; finalize ran
             outcome["error"] = err
 

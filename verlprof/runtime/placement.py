@@ -80,6 +80,8 @@ POLL_S = 1.0
 """First pause between asking the ranks that still hold reports of closed windows (doubles
 up to :data:`MAX_POLL_S` while nothing new is ready)."""
 MAX_POLL_S = 30.0
+ASK_WAIT_S = 2.0
+"""How long one look waits for the ranks' answers; a busy rank's answer is taken later."""
 WRITE_GAP_S = 0.5
 """Least time between two writes of the running manifest (events coalesce meanwhile)."""
 WRITE_SHARE = 0.05
@@ -109,6 +111,8 @@ class Placement:
         self._local = node_id()
         self._pending: Dict[Tuple[Target, str, str], ReportEntry] = {}
         self._plans_of: Optional[Any] = None
+        self._asked: Dict[Any, Target] = {}
+        """Ray refs of ``verlprof_ready`` calls not answered yet (their rank is busy)."""
         self._by_target: Dict[Target, ProcessPlan] = {}
 
     # -- the controller's side: one queue put per event ---------------------------------------
@@ -186,15 +190,15 @@ class Placement:
                     delay, next_look, dirty = self.poll_s, 0.0, True
                     continue  # take every queued event before looking
                 now = time.monotonic()
-                if self._waiting and now >= next_look:
+                if dirty and now >= next_write:  # first: a window's close is on disk at once
+                    self._write()
+                    took = time.monotonic() - now
+                    next_write, dirty = now + max(WRITE_GAP_S, took / WRITE_SHARE), False
+                if self._waiting and time.monotonic() >= next_look:
                     placed = self._look()
                     dirty = dirty or placed > 0
                     delay = self.poll_s if placed else min(delay * 2, self.max_poll_s)
                     next_look = time.monotonic() + delay
-                if dirty and now >= next_write:
-                    self._write()
-                    took = time.monotonic() - now
-                    next_write, dirty = now + max(WRITE_GAP_S, took / WRITE_SHARE), False
             except Exception as err:  # the job goes on; finalize places what is left
                 self._problem(f"placing reports while the job runs: {err}")
 
@@ -268,12 +272,17 @@ class Placement:
             return ask_in_process(rpc, targets)
         import ray
 
-        refs = {rpc.actors[t].verlprof_ready.remote(): t for t in targets if t in rpc.actors}
-        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=rpc.rpc_timeout_s)
+        asked = set(self._asked.values())  # a rank busy in a long phase answers later
+        for target in targets:
+            if target not in asked and target in rpc.actors:
+                with contextlib.suppress(Exception):
+                    self._asked[rpc.actors[target].verlprof_ready.remote()] = target
+        done, _ = ray.wait(list(self._asked), num_returns=len(self._asked), timeout=ASK_WAIT_S)
         out: Dict[Target, List[WorkerReport]] = {}
         for ref in done:
+            target = self._asked.pop(ref)
             with contextlib.suppress(Exception):  # a dead rank: the controller sees it itself
-                out[refs[ref]] = ray.get(ref)
+                out[target] = ray.get(ref)
         return out
 
     def _write(self) -> None:
