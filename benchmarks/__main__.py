@@ -331,6 +331,9 @@ def _ray_metrics(only, size) -> List[Result]:
         from benchmarks import p5_stall
 
         results += guarded("P5", lambda: p5_stall.run(log=log))
+        from benchmarks import p5_placement
+
+        results += guarded("P5 placement", lambda: p5_placement.run(log=log))
     runs: list = []
     if only & {"p3", "memory"}:
         from benchmarks import demo_runs, memory

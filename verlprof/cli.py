@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     add_trace_subcommand(sub)
     from verlprof.runtime.capture_cli import add_capture_subcommands
 
-    add_capture_subcommands(sub)  # capture, status: a running job (on demand)
+    add_capture_subcommands(sub)  # capture, status, collect: a running or dead job
     return parser
 
 
@@ -268,7 +268,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verlprof.trace.cli import run_trace_command
 
         return run_trace_command(args)
-    if args.command in ("capture", "status"):
+    if args.command in ("capture", "status", "collect"):
         from verlprof.runtime.capture_cli import run_capture_command
 
         return run_capture_command(args)

@@ -104,3 +104,89 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
     assert {(e["node_id"], e["transfer"]) for e in engine} == {(second, "ray")}
     assert manifest["controller"]["node_id"] != second
     assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written
+
+
+def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
+    """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
+    runs (torch writes each at close; they travel over Ray from that node). Its raylet and
+    worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of
+    that node stay ok and readable, its step 3 is missing naming the node, and every report
+    of the other two nodes is ok. Last in this module: the cluster keeps two nodes after it."""
+    import contextlib
+    import gzip
+    import json
+    import signal
+    import threading
+    import time
+
+    import ray
+
+    doomed = two_nodes.add_node(num_cpus=2, resources={"doomed_node": 100})
+    two_nodes.wait_for_nodes()
+    out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = run_case(out, [
+                "trainer.total_training_steps=3", "trainer.profile_steps=[1,2,3]",
+                "trainer.profiler.tool=torch", "actor_rollout_ref.actor.profile_ranks=[0]",
+                "actor_rollout_ref.rollout.profile_ranks=[]", "critic.profile_ranks_all=true",
+                "reward_model.profile_ranks=[0]", "+demo.controller_resources={head_node: 1}",
+                "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, "
+                "critic: {doomed_node: 1}, rm: {second_node: 1}}",
+                "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,"
+                f"step:3,action:sleep,seconds:60,marker:'{marker}'}}]"])[1]
+        except Exception as err:  # the step needing the lost critic fails; finalize ran
+            outcome["error"] = err
+
+    trainer = threading.Thread(target=run, daemon=True)
+    trainer.start()
+    lost = doomed.node_id
+    deadline = time.monotonic() + 300
+    while not os.path.exists(marker):  # step 3 began: steps 1-2 closed, step 3's windows open
+        assert trainer.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.2)
+    seen: dict = {}
+    while sorted(seen.get(s, "") for s in ((0, 1), (0, 2), (1, 1), (1, 2))) != ["ok"] * 4:
+        assert trainer.is_alive() and time.monotonic() < deadline, (outcome, seen)
+        time.sleep(0.3)
+        try:
+            with open(os.path.join(out, "manifest.json")) as handle:
+                running = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        seen = {(e["rank"], e["steps"][0]): e["status"] if e["status"] == "ok" else e["reason"]
+                for e in running["reports"] if e["group"] == "critic"}
+    # placed while running, and step 3 still open on that node as it goes
+    assert seen[(0, 3)] == seen[(1, 3)] == "open: being captured", seen
+    two_nodes.remove_node(doomed, allow_graceful=False)
+    for process in running["processes"]:  # its worker processes go with the machine
+        if process["node_id"] == lost:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process["pid"], signal.SIGKILL)
+    while lost in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:  # before step 3 goes on
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    trainer.join(300)
+    assert not trainer.is_alive()
+    with open(os.path.join(out, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    assert manifest["running"] is False
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    on_lost = [e for e in manifest["reports"] if e["node_id"] == lost]
+    assert sorted((e["rank"], e["steps"][0]) for e in on_lost) == [
+        (r, s) for r in (0, 1) for s in (1, 2, 3)], manifest
+    for entry in on_lost:
+        if entry["steps"] == [3]:
+            assert entry["status"] == "missing" and entry["reason"].startswith(
+                f"node {lost} lost"), entry
+        else:
+            assert entry["status"] == "ok" and entry["transfer"] == "ray", entry
+            with gzip.open(os.path.join(out, entry["path"]), "rt") as handle:
+                assert json.load(handle)["traceEvents"]  # whole and readable
+    others = [e for e in manifest["reports"] if e["node_id"] != lost]
+    assert {e["status"] for e in others} == {"ok"}, others
+    assert sorted((e["group"], e["steps"][0]) for e in others if e["group"] != "controller") \
+        == [(g, s) for g in ("actor_rollout_ref", "rm") for s in (1, 2, 3)]
+    assert {e["node_id"] for e in others if e["group"] != "controller"} <= nodes

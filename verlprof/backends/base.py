@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from verlprof import paths
 from verlprof.records import (
     STATUS_MISSING,
+    STATUS_OK,
     TOOL_TRAITS,
     ProcessIdentity,
     Status,
@@ -83,6 +84,17 @@ class Capture:
         """One record per planned window: the raw file of each opened one, or why it is
         missing. ``opened`` is in opening order."""
         raise NotImplementedError
+
+    def final_now(self, opened: Sequence[OpenedWindow]) -> List[WorkerReport]:
+        """The ``ok`` records of the closed windows whose reports are complete on disk now,
+        without waiting (``verlprof_ready``: placed while the job runs). ``opened`` is in
+        opening order; only its last one may still be open. Default: complete at close where
+        :attr:`writes_at_close`, else never before :meth:`collect`."""
+        if not self.writes_at_close:
+            return []
+        closed = list(opened) if not opened or opened[-1].end_ns is not None \
+            else list(opened[:-1])
+        return [r for r in self.collect(closed, [], 0.0) if r.status == STATUS_OK]
 
 
 class Backend:

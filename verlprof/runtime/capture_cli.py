@@ -22,6 +22,7 @@ from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
+from verlprof.runtime import leftovers
 from verlprof.safe_text import visible
 
 EXIT_REFUSED = 2
@@ -55,12 +56,24 @@ def add_capture_subcommands(sub: Any) -> None:
                                            "requests, reports)")
     status.add_argument("output_dir", metavar="OUTPUT_DIR")
     status.add_argument("--address", default=None, help="the job's Ray address")
+    collect = sub.add_parser(
+        "collect", help="place the reports a job left when it ended without finalize",
+        description="For a run whose controller died (killed, its node lost) before "
+                    "finalize: place every report its processes finished that this machine "
+                    "can see (ok; incomplete for a window cut short), name why not for the "
+                    "rest, and rewrite manifest.json (no longer running). A finalized run is "
+                    "left as it is; a run still going is refused.")
+    collect.add_argument("output_dir", metavar="OUTPUT_DIR")
+    collect.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                         help="seconds to wait for a tool still writing a report")
 
 
 def run_capture_command(args: argparse.Namespace) -> int:
     try:
         if args.command == "status":
             return _status(args)
+        if args.command == "collect":
+            return leftovers.run_collect(args.output_dir, args.timeout)
         return _capture(args)
     except ProfilingRuntimeError as err:
         print(f"verlprof: {visible(str(err))}", file=sys.stderr)
@@ -212,11 +225,15 @@ def _status(args: argparse.Namespace) -> int:
 def _ended_status(output_dir: str) -> int:
     path = os.path.join(output_dir, paths.MANIFEST_NAME)
     try:
-        reports = read_manifest(output_dir).reports
+        state, manifest = leftovers.run_state(output_dir)
     except ValueError:
         raise ProfilingRuntimeError(f"{output_dir}: no running job and no manifest") from None
+    reports = manifest.reports
     asked = sum(1 for e in reports if e.requested_by)
-    print(f"verlprof: the job has ended: {len(reports)} report(s) in {path}, {asked} on demand")
+    counts = ", ".join(f"{len(manifest.by_status(s))} {s}" for s in ("ok", "incomplete",
+                                                                       "missing"))
+    print(f"verlprof: {visible(state)}")
+    print(f"  {len(reports)} report(s) in {visible(path)} ({counts}), {asked} on demand")
     return 0
 
 

@@ -55,7 +55,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
     raw = item.raw_path
     if status != STATUS_MISSING and raw:  # incomplete: what a process left at its death
         try:
-            target = _report_target(output_dir, relpath, os.path.isdir(raw))
+            target = report_target(output_dir, relpath, os.path.isdir(raw))
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if not where.node_id or where.node_id == local_node_id:
                 if os.path.isdir(raw):
@@ -79,7 +79,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                           window_end_ns=item.window_end_ns, transfer=transfer)
 
 
-def _report_target(output_dir: str, relpath: str, is_dir: bool) -> str:
+def report_target(output_dir: str, relpath: str, is_dir: bool) -> str:
     """Where a report goes: strictly below output_dir, at a normalised relative path, never a
     file onto an existing directory or a directory onto a file (a bad entry must not land
     somewhere unplanned)."""
@@ -239,7 +239,7 @@ def place_exit_output(entry: ReportEntry,
                     f"{directory} after the process exited (it is written at a normal exit)")
     remote = bool(entry.node_id) and entry.node_id != local_node
     try:
-        target = _report_target(output_dir, entry.path, True)
+        target = report_target(output_dir, entry.path, True)
         os.makedirs(target, exist_ok=True)
         size = 0
         for relpath, _ in files:

@@ -50,8 +50,8 @@ from verlprof.records import (
     Target,
     WorkerReport,
 )
-from verlprof.runtime import finish_hook, ownership, request_windows, summarise
-from verlprof.runtime.collect import collect_at_exit, move_all, unreachable_reports
+from verlprof.runtime import finish_hook, ownership, placement, request_windows, summarise
+from verlprof.runtime.collect import collect_at_exit, unreachable_reports
 from verlprof.runtime.output_guard import OutputGuard
 from verlprof.runtime.preflight import preflight as check_before_start
 from verlprof.runtime.rank_rpc import RankCalls, RankRPC, describe_error
@@ -133,6 +133,9 @@ class ProfileController:
             self.context.warnings.append(unwrapped)
         self._on_demand = request_windows.serve_requests(self.context, requests)  # off: no-op
         self._summaries = summarise.NodeSummaries(self.context, echo=echo)
+        # closed windows' reports leave their node while the job runs
+        self._placement = placement.Placement(self.context, targets=lambda: self.targets,
+                                              gathered=lambda: self._on_demand.gathered)
 
     @property
     def plan(self) -> ProfilePlan:
@@ -246,6 +249,7 @@ class ProfileController:
         targets = self.context.live(self.context.registered)
         # also the late ones: their stop must follow their start
         self._started.update(dict.fromkeys(targets, window))
+        self._placement.opened(window, targets)
         mirrored = list(map(self._next.get, targets))
         explicit = set() if mirrored.count(window) == len(targets) else \
             {t for t, n in zip(targets, mirrored) if n != window}
@@ -280,6 +284,7 @@ class ProfileController:
                     self._next[target] = None
                 self.context.on_errors(errors, raise_errors)
         finally:  # the workers' windows first: none of them takes in this process's close
+            self._placement.closed(started, unclosed)
             self._controller.close()
 
     # -- end of run ------------------------------------------------------------------------
@@ -320,7 +325,7 @@ class ProfileController:
                     self.context.identity.get(target, ProcessIdentity(host="", pid=0)),
                     died or why.get(target, "no answer"), sent, self.plan.tool, local_node,
                     0 if cut else timeout))
-            entries = move_all(items, self._rpc.actors, self.plan.output_dir, local_node)
+            entries = self._placement.merge(items, self._rpc.actors, local_node)
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)

@@ -80,6 +80,12 @@ class ProfilingWorkerMixin:
         session = self._verlprof_session
         return _signed(session.hand_over(steps)) if session is not None else []
 
+    def verlprof_ready(self) -> List[WorkerReport]:
+        """The reports of closed windows complete on disk now (each named once): the
+        controller places them while the job runs (``verlprof.runtime.placement``)."""
+        session = self._verlprof_session
+        return _signed(session.ready()) if session is not None else []
+
     def verlprof_read_chunk(self, path: str, offset: int, size: int) -> bytes:
         """Part of a raw report, for a controller on another node (no shared filesystem)."""
         session = self._verlprof_session

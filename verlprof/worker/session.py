@@ -77,6 +77,8 @@ class ProfileSession:
         self._handed: Set[str] = set()
         """Report paths handed over before finalize (:meth:`hand_over`)."""
         self._finalize_lock = threading.Lock()
+        self._ready: Set[str] = set()
+        """Report paths already named by :meth:`ready` (finalize still lists them)."""
 
     # -- events: each runs the row of (state, event) --------------------------------------
     def start(self, steps: Optional[Sequence[int]] = None) -> StartReply:
@@ -125,6 +127,21 @@ class ProfileSession:
             self._handed |= done
             return [r for r in self.capture.collect(self.opened, [], 0.0)
                     if r.report.path in done]
+
+    def ready(self) -> List[WorkerReport]:
+        """The closed windows' reports complete on disk now, each named once, for the
+        controller to place while the job runs (``runtime/placement.py``). Unlike
+        :meth:`hand_over`, finalize still lists them: the controller keeps the copy it
+        placed and has the raw file removed then."""
+        with self._lock:
+            if self.state == FINALIZED:
+                return []
+            opened = list(self.opened)
+        found = self.capture.final_now(opened)  # off the lock: a look at files and /proc
+        with self._lock:
+            fresh = [r for r in found if r.report.path not in self._ready | self._handed]
+            self._ready.update(r.report.path for r in fresh)
+        return fresh
 
     def add_windows(self, plan: ProcessPlan) -> None:
         """Follow ``plan``: this process's plan with windows asked for while the job runs

@@ -95,6 +95,12 @@ class TimedCapture(Capture):
         return [dataclasses.replace(r, reason=why[r.report]) if r.report in why else r
                 for r in reports]
 
+    def final_now(self, opened: Sequence[OpenedWindow]) -> List[WorkerReport]:
+        with self._lock:  # the windows as captured; one skipped by its bounds has no report
+            captured = [OpenedWindow(o.window, *self.effective[o.window]) for o in opened
+                        if o.window in self.effective]
+        return self.inner.final_now(captured)
+
     # -- bounds ------------------------------------------------------------------------------
     def _open_inner(self) -> None:
         """Lock held: the inner capture opens now; its duration starts counting."""

@@ -16,16 +16,23 @@ runs on), which :meth:`NsysCapture.collect` does once the last window has closed
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from verlprof import paths
 from verlprof.backends.base import Capture, OpenedWindow, never_opened_reports, worker_report
 from verlprof.backends.nsys import capture_range, nvtx
 from verlprof.backends.nsys.cli import run_nsys, wait_for_reports
-from verlprof.backends.nsys.reports import ReportWait, own_writer
+from verlprof.backends.nsys.reports import (
+    ReportWait,
+    busy_paths,
+    has_temp_sibling,
+    own_writer,
+)
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
@@ -112,6 +119,22 @@ class NsysCapture(Capture):
                                  start_ns=record.start_ns, end_ns=record.end_ns))
         return out + never_opened_reports(never_opened)
 
+    def final_now(self, opened: Sequence[OpenedWindow]) -> List[WorkerReport]:
+        """The closed windows' reports that nsys has finished writing, at one look: non-empty,
+        no ``.qdstrm``/``.tmp`` sibling, and neither held open nor named as output by a
+        ``QdstrmImporter``. nsys 2022.4 imports a ``repeat:N`` session's reports only when its
+        N-th window closes (or at exit), so before that there are none."""
+        closed = {n: o for n, o in enumerate(opened, start=1) if o.end_ns is not None}
+        if not closed:
+            return []
+        candidates = {os.path.realpath(path): n for n, path in ordinals(
+            glob.glob(report_glob(self.plan, os.getpid()))).items()
+            if n in closed and _written(path)}
+        busy = busy_paths(set(candidates))
+        return [worker_report(closed[n].window, raw_path=path, status=STATUS_OK,
+                              start_ns=closed[n].start_ns, end_ns=closed[n].end_ns)
+                for path, n in sorted(candidates.items(), key=lambda c: c[1])
+                if path not in busy]
 
     def _stop_session(self) -> str:
         """Ask nsys for an open-ended session's reports (else written only at exit): ""
@@ -153,6 +176,13 @@ def ordinals(files: Sequence[str]) -> Dict[int, str]:
         if match:
             out[int(match.group(2) or 1)] = path
     return out
+
+
+def _written(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0 and not has_temp_sibling(Path(path))
+    except OSError:
+        return False
 
 
 def _remove(path: Optional[str]) -> None:

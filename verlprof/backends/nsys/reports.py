@@ -75,7 +75,7 @@ def _is_glob(s: str) -> bool:
     return any(ch in s for ch in "*?[")
 
 
-def _busy_paths(candidates: Set[str]) -> Set[str]:
+def busy_paths(candidates: Set[str]) -> Set[str]:
     """Candidates that a process holds open or that a QdstrmImporter names as its output."""
     busy: Set[str] = set()
     if not candidates:
@@ -96,7 +96,7 @@ def _busy_paths(candidates: Set[str]) -> Set[str]:
     return busy & candidates
 
 
-def _has_temp_sibling(path: Path) -> bool:
+def has_temp_sibling(path: Path) -> bool:
     stem = path.name[: -len(".nsys-rep")] if path.name.endswith(".nsys-rep") else path.stem
     try:
         for e in os.scandir(path.parent):
@@ -234,8 +234,8 @@ def wait_for_reports(patterns: Union[PathLike, Sequence[PathLike]],
             except OSError:
                 pass
         steady = {p for p, s in stats.items() if s[0] > 0 and last.get(p) == s
-                  and not _has_temp_sibling(Path(p))}
-        final = steady - _busy_paths(steady)
+                  and not has_temp_sibling(Path(p))}
+        final = steady - busy_paths(steady)
         now = time.monotonic()
         quiet = stats == last
         if not quiet:

@@ -1,0 +1,84 @@
+"""A job that dies keeps every finished window: ``verlprof demo``'s driver killed with SIGKILL
+in the third of four profiled steps (real Ray, real nsys). The manifest on disk is the running
+one (``running: true``); ``verlprof status`` says the run ended without finalize;
+``verlprof collect`` places what the processes left (nsys 2022.4 writes a ``repeat:N``
+session's reports when its process ends: steps 1-2 ``ok``, step 3 cut short, step 4 never
+opened) and ``verlprof report`` summarises it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.faults import harness
+
+pytestmark = pytest.mark.integration
+
+FOUR_STEPS = ["trainer.total_training_steps=4", "trainer.profile_steps=[1,2,3,4]",
+              "trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.profile_ranks=[0]",
+              "actor_rollout_ref.rollout.profile_ranks=[]", "critic.enable=false",
+              "reward_model.enable=false", "trainer.controller_nsight_options=null"]
+
+
+def verlprof(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(harness.VENV_BIN / "verlprof"), *args], capture_output=True,
+                          text=True, timeout=300, cwd=str(harness.ROOT))
+
+
+def test_a_driver_killed_after_two_of_four_profiled_steps(ray_cluster, ray_head, tmp_path):
+    out = str(tmp_path / "out")
+    marker = str(tmp_path / "step3.json")
+    cmd = [str(harness.VENV_BIN / "verlprof"), "demo", "--config", harness.CONFIG,
+           "--ray-address", ray_head.address, f"trainer.profiler.output_dir={out}",
+           *FOUR_STEPS,
+           "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:update_actor,step:3,"
+           f"action:sleep,seconds:120,marker:'{marker}'}}]"]
+    harness.COUNTS["demo_runs"] += 1
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=str(harness.ROOT))
+    try:
+        deadline = time.monotonic() + 240
+        while not os.path.exists(marker):  # step 3's window is open, steps 1-2 closed
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "step 3 never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    running = harness.read_manifest(out)
+    assert running["running"] is True
+    closed = [e for e in running["reports"] if e["steps"] in ([1], [2])]
+    assert len(closed) == 2 and all(e["status"] == "ok" or e["reason"].startswith("pending")
+                                    for e in closed)
+
+    deadline = time.monotonic() + 120  # Ray ends the dead driver's actors, the controller too
+    while "ended without finalize" not in (status := verlprof("status", out)).stdout:
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(1)
+    assert status.returncode == 0
+    assert f"run `verlprof collect {out}` to place what it left" in status.stdout
+
+    collected = verlprof("collect", out, "--timeout", "60")
+    assert collected.returncode == 1, collected.stdout + collected.stderr  # step 4: missing
+    manifest = harness.read_manifest(out)
+    assert manifest["running"] is False
+    by_step = {e["steps"][0]: e for e in manifest["reports"]}
+    assert [by_step[s]["status"] for s in (1, 2)] == ["ok", "ok"], collected.stdout
+    assert by_step[3]["status"] in ("incomplete", "ok", "missing")
+    assert by_step[4]["status"] == "missing"
+    assert by_step[4]["reason"].startswith("window never opened: the run ended without finalize")
+    assert harness.check_reports(out, [by_step[1], by_step[2]]) == 2
+    assert f"{by_step[4]['path']}: missing: window never opened" in collected.stdout
+
+    report = verlprof("report", out)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "step0001" in report.stdout or "1" in report.stdout
+    assert os.path.isfile(os.path.join(out, "summary", "summary.csv"))
+    assert "the run ended without finalize" in verlprof("status", out).stdout
+    harness.assert_no_leftovers()

@@ -1,0 +1,177 @@
+"""A run that ended without finalize (its controller killed, its node lost): say so, and place
+what it left.
+
+``verlprof status <dir>`` tells a finalized run from one still running and from one whose
+controller is gone: the manifest says ``running: true`` and the run lock's holder
+(``verlprof.runtime.run_lock``) no longer runs. ``verlprof collect <dir>`` then places the
+leftovers with the journal the controller kept (``verlprof.runtime.journal``): each report a
+dead process's tool finished, ``ok`` for a window that closed and ``incomplete`` for the one
+cut short, the way finalize places a dead rank's reports (``collect.unreachable_reports``);
+every other report stays ``missing`` with the reason. It reads the files where this machine
+sees them (the controller's node, or a shared file system): a report in ``.raw`` on another
+node without a shared file system is named with its node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from typing import Dict, List, Optional, Tuple
+
+from verlprof import paths
+from verlprof.errors import ProfilingRuntimeError
+from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
+from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
+from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
+from verlprof.runtime.collect import move_report, unreachable_reports
+from verlprof.runtime.journal import ProcessJournal, read_journal, remove_journal
+from verlprof.runtime.run_lock import read_lock, stale_reason
+from verlprof.safe_text import visible
+
+ENDED = "the run ended without finalize"
+"""How the manifest's warnings and ``verlprof status`` begin for such a run."""
+ELSEWHERE = "a node other than this one (no shared file system)"
+
+
+def run_state(output_dir: str) -> Tuple[str, Manifest]:
+    """One line saying where the run of ``output_dir`` stands, and its manifest (ValueError:
+    no manifest)."""
+    manifest = read_manifest(output_dir)
+    if not manifest.running:
+        ended = next((w for w in manifest.warnings if w.startswith(ENDED)), None)
+        return (ended or "finished: finalized, every report placed"), manifest
+    why = controller_gone(output_dir, manifest)
+    if why is None:
+        holder = read_lock(output_dir)
+        who = f" (controller pid {holder.pid} on {holder.host})" if holder else ""
+        return f"running{who}", manifest
+    return f"{ENDED}: {why}; run `verlprof collect {output_dir}` to place what it left", \
+        manifest
+
+
+def controller_gone(output_dir: str, manifest: Manifest) -> Optional[str]:
+    """Why the controller of a running manifest is certainly gone; None while it may run."""
+    holder = read_lock(output_dir)
+    if holder is None or holder.run_id != manifest.run_id:
+        return "its run lock is gone"
+    why = stale_reason(holder)
+    return None if why is None else f"controller {why}"
+
+
+def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Tuple[Manifest, List[str]]:
+    """Place what a run that ended without finalize left; the rewritten manifest and one line
+    per report not ``ok`` (ProfilingRuntimeError while the run still goes)."""
+    manifest = read_manifest(output_dir)
+    if not manifest.running:
+        return manifest, []
+    why = controller_gone(output_dir, manifest)
+    if why is None:
+        raise ProfilingRuntimeError(f"{output_dir}: the run is still going; its controller "
+                                    "places its reports (verlprof status says who)")
+    journal = read_journal(output_dir)
+    entries = list(manifest.reports)
+    index = {_key(e): i for i, e in enumerate(entries)}
+    reason = f"{ENDED} ({why})"
+    for process in journal.processes if journal else ():
+        for entry in _place_process(output_dir, process, reason, timeout_s, entries, index):
+            where = index.get(_key(entry))
+            if where is None:
+                index[_key(entry)] = len(entries)
+                entries.append(entry)
+            else:
+                entries[where] = entry
+    placed = sum(e.status != STATUS_MISSING for e in entries) - \
+        sum(e.status != STATUS_MISSING for e in manifest.reports)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    note = (f"{reason}; verlprof collect placed {placed} more report(s) at {now}" if journal
+            else f"{reason}; no {paths.RAW_DIR}/placement.json: nothing more could be placed")
+    manifest = dataclasses.replace(manifest, reports=tuple(entries), running=False,
+                                   warnings=tuple(dict.fromkeys(manifest.warnings + (note,))))
+    write_manifest(manifest, output_dir)
+    remove_journal(output_dir)
+    return manifest, [f"{e.path}: {e.status}: {e.reason}" for e in entries
+                      if e.status != STATUS_OK]
+
+
+def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeout_s: float,
+                   entries: List[ReportEntry], index: Dict[tuple, int]) -> List[ReportEntry]:
+    """The entries of one process's reports not placed yet (ok ones untouched; their raw
+    hard link, left for finalize, goes)."""
+    where = journal.identity
+    process = _process(output_dir, journal, [e for e in entries if not e.requested_by and (
+        e.group, e.rank) == (journal.group, journal.rank)])
+    if process is None:
+        return []
+    visible = os.path.isdir(process.raw_dir)
+    history = [(s.steps, s.closed) for s in journal.sent]
+    items = unreachable_reports(process, where, reason, history, process.backend,
+                                where.node_id if visible else ELSEWHERE, timeout_s)
+    sent = {s.steps for s in journal.sent}
+    out = []
+    for item in items:
+        at = index.get(_key(item))
+        if at is not None and entries[at].status == STATUS_OK:
+            _drop_link(item.raw_path, os.path.join(output_dir, entries[at].path))
+            continue
+        if item.status == STATUS_MISSING:
+            item = dataclasses.replace(item, reason=_why_missing(item, sent, visible, reason))
+        out.append(move_report(item, output_dir, where.node_id, None))
+    return out
+
+
+def _process(output_dir: str, journal: ProcessJournal,
+             planned: List[ReportEntry]) -> Optional[ProcessPlan]:
+    """The process's plan as far as placing its files needs it: its windows (from its
+    manifest entries, in order), tool, raw directory and whether nsys numbers its reports."""
+    if not planned:
+        return None
+    return ProcessPlan(
+        group=journal.group, rank=journal.rank, roles=(), selected_roles=(),
+        mode="discrete" if any(e.phase for e in planned) else "whole",
+        backend=planned[0].backend,
+        windows=tuple(Window(steps=e.steps, report=e.identity, role=e.role, phase=e.phase)
+                      for e in planned),
+        launch_argv=(OPEN_ENDED,) if journal.open_ended else (),
+        raw_dir=paths.raw_dir(output_dir, journal.group, journal.rank))
+
+
+def _why_missing(item: WorkerReport, sent: set, visible: bool, reason: str) -> str:
+    steps = item.report.steps
+    if steps not in sent:
+        return f"window never opened: {reason} before step {steps[0]}"
+    if not visible:
+        return (f"{reason}; its report stays on node {item.where.node_id or '?'} (host "
+                f"{item.where.host}) in {paths.RAW_DIR}: run verlprof collect where that "
+                "directory is visible")
+    return item.reason or reason
+
+
+def _drop_link(raw: Optional[str], placed: str) -> None:
+    """A raw file that is the placed report itself (the hard link made while running)."""
+    try:
+        if raw and os.path.samefile(raw, placed):
+            os.remove(raw)
+    except OSError:
+        pass
+
+
+def _key(entry) -> tuple:
+    report = getattr(entry, "report", entry)
+    return (report.group, report.rank, tuple(report.steps), report.role, report.phase)
+
+
+def run_collect(output_dir: str, timeout_s: float) -> int:
+    """``verlprof collect``: 0 when every report is ok, 1 when some are not (each named)."""
+    try:
+        manifest, problems = collect_leftovers(output_dir, timeout_s)
+    except ValueError as err:
+        raise ProfilingRuntimeError(str(err)) from None
+    ended = next((w for w in manifest.warnings if w.startswith(ENDED)), None)
+    print(f"verlprof: {visible(ended or 'finalized: nothing to place')}")
+    ok = len(manifest.by_status(STATUS_OK))
+    print(f"verlprof: {ok} of {len(manifest.reports)} report(s) ok in "
+          f"{visible(os.path.join(output_dir, paths.MANIFEST_NAME))}")
+    for line in problems:
+        print(f"  {visible(line)}")
+    return 0 if not problems else 1
