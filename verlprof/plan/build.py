@@ -33,6 +33,7 @@ from verlprof.plan.model import (
     Window,
     WindowTime,
 )
+from verlprof.plan.size import check_budget, size_plan
 from verlprof.records import Mode, StepWindow, Target
 
 _PHASE_RANK = {p: i for i, p in enumerate(PHASE_ORDER)}
@@ -84,6 +85,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     served = {g.name for g in topology.groups if g.served}  # finish_hook ranks are GPU ranks
     hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
         if config.active else None
+    size = size_plan(config, topology, processes, controller, windows)
+    check_budget(size, windows)  # a budget that holds not even the first window: one line
     return ProfilePlan(
         enabled=bool(processes) or config.serves_requests, tool=config.tool,
         output_dir=config.output_dir,
@@ -99,7 +102,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         finish_hook=hook, unprofiled=topology.unprofiled,
         on_demand=dataclasses.replace(config.on_demand, enabled=config.serves_requests),
         verl_release=config.verl_release, engine_route=_engine_route(config, topology),
-        disabled_reason="" if config.enabled else config.disabled_reason,
+        disabled_reason="" if config.enabled else config.disabled_reason, size=size,
         built_from=PlanInputs(config=config, topology=topology))
 
 
