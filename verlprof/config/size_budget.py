@@ -24,6 +24,7 @@ from typing import Any, Optional, Tuple
 from verlprof.config.schema import AUTO_BYTES, MaxBytes, ProfilingConfig
 from verlprof.config.validate import show
 from verlprof.errors import ConfigError
+from verlprof.storage import FULL_BELOW_BYTES
 
 KEY = "trainer.profiler.max_total_bytes"
 """The setting's full key (named by every message about the budget)."""
@@ -68,9 +69,10 @@ def resolve(config: ProfilingConfig) -> ProfilingConfig:
     if config.max_total_bytes != AUTO_BYTES:
         return config
     free, measured = free_bytes(config.output_dir)
-    if free is None:
+    if free is None or free < FULL_BELOW_BYTES:  # the output directory's own check says why
         return dataclasses.replace(config, max_total_bytes=None, max_total_bytes_basis=(
-            f"auto: the free space under {measured} is unknown, so no budget"))
+            f"auto: no budget, the free space under {measured} is "
+            f"{'unknown' if free is None else human_bytes(free)}"))
     budget = max(1, int(free * AUTO_FRACTION))
     return dataclasses.replace(config, max_total_bytes=budget, max_total_bytes_basis=(
         f"auto: {AUTO_FRACTION:.0%} of the {human_bytes(free)} free under {measured} when the "

@@ -86,7 +86,8 @@ def size_lines(plan: ProfilePlan) -> List[str]:
         f"{human_bytes(each[0])} to {human_bytes(each[-1])}"
     budget = (f"budget {human_bytes(size.max_total_bytes)} ({size.key}"
               + (f"; {size.basis})" if size.basis else ")")
-              if size.max_total_bytes is not None else f"no budget ({size.key} is null)")
+              if size.max_total_bytes is not None else
+              f"no budget ({size.key}: {size.basis or 'null'})")
     lines = [f"  size: about {per_window} per window, {human_bytes(size.total_bytes)} for "
              f"{len(size.window_bytes)} window(s); {budget}"]
     lines += [f"    {k.kind}: {k.reports} report(s), about {human_bytes(k.bytes_per_step)} each "
