@@ -215,3 +215,20 @@ def test_a_manifest_from_before_skipped_still_loads():
     with open(os.path.join(QUICKSTART, "manifest.json")) as handle:
         data = json.load(handle)
     assert {e.status for e in Manifest.from_dict(data).reports} == {"ok"}
+
+
+def test_an_auto_budget_is_raised_to_the_first_window_up_to_half_the_free_space(tmp_path):
+    """auto is a tenth of the free space: a first window of up to five times that (half the
+    free space) raises it, so that the default never leaves a run with nothing; more is refused."""
+    def plan(budget):
+        cfg = ProfilingConfig(steps=(1, 2), tool="torch", output_dir=str(tmp_path),
+                              max_total_bytes=budget, max_total_bytes_basis="auto: 10% of X",
+                              components=ComponentsConfig(actor=ComponentConfig(ranks=(0, 1))))
+        return build_plan(cfg, TOPO)
+
+    raised = plan(1 * MIB).size  # the first window: 2 MiB
+    assert (raised.max_total_bytes, raised.basis) == (
+        2 * MIB, "auto: 10% of X, raised to hold the first window")
+    with pytest.raises(ConfigError, match=r"^trainer\.profiler\.max_total_bytes: 300\.0 KiB "
+                                          r"\(auto: 10% of X\) holds not even the first window"):
+        plan(300 << 10)

@@ -310,12 +310,13 @@ class ProfilingConfig:
 
     max_total_bytes: MaxBytes = AUTO_BYTES
     """Most bytes of reports the run may write: a number of bytes or a size (``20GiB``,
-    ``500M``); ``auto``: a tenth of the free space of ``output_dir``'s file system when the config
-    is loaded (``verlprof report`` later adds a SQLite export about 3x each nsys report, and the
-    trainer writes checkpoints there); ``null``: no budget. ``verlprof plan`` prints the
-    estimate per window; while the job runs, the controller measures the reports written and
-    opens no window that would go past the budget (its reports are listed as ``skipped``, with
-    the reason). A budget that holds not even the first window is refused before the run."""
+    ``500M``); ``auto``: a tenth of the free space of ``output_dir``'s file system when the
+    config is loaded, raised to hold the first window while that is at most half of it
+    (``verlprof report`` later adds a SQLite export about 3x each nsys report, and the trainer
+    writes checkpoints there); ``null``: no budget. ``verlprof plan`` prints the estimate per
+    window; while the job runs, the controller measures the reports written and opens no window
+    that would go past the budget (its reports are listed as ``skipped``, with the reason). A
+    budget that holds not even the first window is refused before the run."""
 
     max_total_bytes_basis: str = field(default="", metadata=SET_BY_LOADER)
     """How an ``auto`` budget was found (the share, the free space, the directory measured);

@@ -70,6 +70,10 @@ REPORT_BYTES: Mapping[Tuple[Tool, Mode, bool], ReportSize] = {
 }
 """Bytes of one report per step of its window, by (tool, mode, GPU activity traced)."""
 
+AUTO_RAISE_UPTO = 5
+"""An ``auto`` budget (a tenth of the free space) below the first window's estimate is raised
+to it while that is at most 5x the budget (half the free space); beyond, it is refused."""
+
 CONTROLLER_KIND: Tuple[Tool, Mode, bool] = ("nsys", "whole", False)
 """The controller's own report: nsys on a process that drives the workers (no CUDA)."""
 
@@ -115,8 +119,13 @@ def size_plan(config: ProfilingConfig, topology: Topology, processes: Sequence[P
     if controller.launch_argv:
         for steps in controller.windows:
             add("nsys controller, CPU only", REPORT_BYTES[CONTROLLER_KIND], steps)
-    return SizePlan(max_total_bytes=budget if isinstance(budget, int) else None,
-                    basis=config.max_total_bytes_basis, window_bytes=tuple(per_window),
+    limit, basis = budget if isinstance(budget, int) else None, config.max_total_bytes_basis
+    first = per_window[0] if per_window else 0
+    if limit is not None and basis and limit < first <= limit * AUTO_RAISE_UPTO:
+        # auto holds the first window while it fits in half the free space: the default
+        # budget never leaves a run with nothing; the measured sizes govern from there
+        limit, basis = first, f"{basis}, raised to hold the first window"
+    return SizePlan(max_total_bytes=limit, basis=basis, window_bytes=tuple(per_window),
                     kinds=tuple(SizeKind(kind=name, reports=n, bytes_per_step=each, basis=basis)
                                 for name, (n, each, basis) in kinds.items()))
 
