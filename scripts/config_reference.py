@@ -271,6 +271,7 @@ def _class_paths() -> Dict[type, str]:
 _TYPE_WORDS = {
     "int": "int", "float": "number", "bool": "bool", "str": "string",
     "OptionValue": "string, number, bool or null",
+    "MaxBytes": "int, size text (20GiB), auto or null",
 }
 
 

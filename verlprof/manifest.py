@@ -2,7 +2,8 @@
 
 The manifest is the contract between the runtime (which writes it) and ``verlprof report``
 (which reads it). It lists every report the plan expected, including those that never
-appeared (``missing``) or were cut short (``incomplete``), each with the reason, so that a
+appeared (``missing``), were cut short (``incomplete``) or whose window was not opened on
+purpose (``skipped``: the size budget), each with the reason, so that a
 reader never has to guess what a directory should contain.
 """
 
@@ -23,6 +24,7 @@ from verlprof.records import (  # noqa: F401 - the statuses are part of this con
     STATUS_INCOMPLETE,
     STATUS_MISSING,
     STATUS_OK,
+    STATUS_SKIPPED,
     ReportIdentity,
     Status,
     Tool,
@@ -49,7 +51,8 @@ class ReportEntry:
     path: str
     """Path relative to output_dir (the planned one, even when the report is missing)."""
     status: Status
-    """``ok``, ``missing`` or ``incomplete``."""
+    """``ok``, ``missing``, ``incomplete`` or ``skipped`` (not opened on purpose; manifests
+    from before it never hold it and still load)."""
     role: Optional[str] = None
     """Role whose phase opened the window (discrete reports)."""
     phase: Optional[str] = None
@@ -63,7 +66,7 @@ class ReportEntry:
     bytes: int = 0
     """Size of the report on disk (0 when missing)."""
     reason: Optional[str] = None
-    """Why the report is missing or incomplete."""
+    """Why the report is missing, incomplete or skipped."""
     window_start_ns: Optional[int] = None
     """Wall-clock time (ns since the epoch) the window opened, as seen by the process."""
     window_end_ns: Optional[int] = None

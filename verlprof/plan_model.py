@@ -221,6 +221,42 @@ class FinishHookPlan:
 
 
 @dataclass(frozen=True)
+class SizeKind:
+    """One kind of report in the size estimate (a row of :data:`verlprof.plan.size.REPORT_BYTES`)
+    and how many of it the run writes."""
+
+    kind: str
+    """``nsys whole-step, CUDA traced``, ``torch discrete, CPU only``, ``nsys controller``."""
+    reports: int
+    """Reports of this kind over the run."""
+    bytes_per_step: int
+    """Estimated bytes of one such report per step its window covers."""
+    basis: str
+    """Where the figure comes from (a measurement, a published size)."""
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """The run's size budget and the estimate it is held against, per step window."""
+
+    max_total_bytes: Optional[int] = None
+    """The budget in bytes (``trainer.profiler.max_total_bytes``, ``auto`` resolved); None: none."""
+    basis: str = ""
+    """How an ``auto`` budget was found; empty when it was given."""
+    window_bytes: Tuple[int, ...] = ()
+    """Estimated bytes of each of the plan's step windows, in order (every report it makes)."""
+    kinds: Tuple[SizeKind, ...] = ()
+    """The estimate by kind of report."""
+    key: str = "trainer.profiler.max_total_bytes"
+    """The setting (named by every message about the budget)."""
+
+    @property
+    def total_bytes(self) -> int:
+        """Estimated bytes of every planned window."""
+        return sum(self.window_bytes)
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """The arguments of ``build_plan`` (it is pure: they give the plan again)."""
 
@@ -272,6 +308,8 @@ class ProfilePlan:
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
     """Capture requests while the job runs (``enabled``) and their caps
     (:mod:`verlprof.plan.request_plan` plans each one)."""
+    size: SizePlan = field(default_factory=SizePlan)
+    """The size budget and the estimate per window (:mod:`verlprof.plan.size`)."""
     built_from: Optional[PlanInputs] = field(default=None, compare=False)
     """What ``build_plan`` was given: the same plan for another output directory is built
     from it (:func:`verlprof.runtime.ownership.retarget`). Not compared: two configs that

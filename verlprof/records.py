@@ -16,8 +16,9 @@ Mode = Literal["whole", "discrete"]
 """``whole``: one window per step window; ``discrete``: one per planned phase call."""
 Trigger = Literal["cuda", "nvtx"]
 """What opens an nsys capture range: ``cudaProfilerApi`` or the verlprof NVTX range."""
-Status = Literal["ok", "missing", "incomplete"]
-"""What became of a planned report."""
+Status = Literal["ok", "missing", "incomplete", "skipped"]
+"""What became of a planned report (``skipped``: its window was not opened on purpose, e.g.
+it would have gone past ``trainer.profiler.max_total_bytes``; the reason says why)."""
 OnRankFailure = Literal["continue", "raise"]
 """What the controller does when a rank fails or dies."""
 ExistingRun = Literal["move_aside", "new_subdir", "refuse", "reuse"]
@@ -69,6 +70,7 @@ CAPTURE_RANGE = "VERLPROF_CAPTURE"
 STATUS_OK: Status = "ok"
 STATUS_MISSING: Status = "missing"
 STATUS_INCOMPLETE: Status = "incomplete"
+STATUS_SKIPPED: Status = "skipped"
 ON_RANK_FAILURE: Tuple[OnRankFailure, ...] = get_args(OnRankFailure)
 """The valid ``on_rank_failure`` values, read from the Literal so they are written once."""
 EXISTING_RUN: Tuple[ExistingRun, ...] = get_args(ExistingRun)

@@ -89,3 +89,27 @@ def test_continuous_steps_all_ranks(ray_cluster, tmp_path):
         assert rel.startswith("step0001-0002/critic/rank")
         assert nvtx_names(os.path.join(out, rel)) == {"critic/compute_values": 2,
                                                       "critic/update_critic": 2}
+
+
+def test_a_size_budget_that_holds_one_of_two_windows(ray_cluster, tmp_path):
+    """trainer.profiler.max_total_bytes at the first window's estimate: step 1 is captured by
+    real nsys (its report within the estimate), step 2 is skipped with the reason."""
+    from verlprof.demo.run import plan_demo
+
+    out = str(tmp_path)
+    given = ["trainer.total_training_steps=2", "trainer.profile_steps=[1,2]",
+             "trainer.controller_nsight_options=null", "critic.profile_ranks=[0]",
+             "actor_rollout_ref.actor.profile_ranks=[]",
+             "actor_rollout_ref.rollout.profile_ranks=[]", "reward_model.profile_ranks=[]"]
+    _, estimated, _ = plan_demo(None, [f"trainer.profiler.output_dir={out}", *given])
+    first = estimated.size.window_bytes[0]
+    _, result = run_case(out, [*given, f"++trainer.profiler.max_total_bytes={first}"])
+    manifest = result["manifest"]
+    assert [(list(r["steps"]), r["status"]) for r in manifest["reports"]] == [
+        ([1], "ok"), ([2], "skipped")]
+    ok, skipped = manifest["reports"]
+    assert 0 < ok["bytes"] <= first
+    assert skipped["reason"].startswith("not opened: trainer.profiler.max_total_bytes is ")
+    assert [w for w in manifest["warnings"] if "max_total_bytes" in w][0].endswith(
+        "window(s) [2] are skipped (listed as skipped in the manifest)")
+    assert files_on_disk(out) == [ok["path"]]

@@ -25,6 +25,7 @@ SPECIAL: Dict[str, Any] = {
     "FinishHookConfig.cmd": "ls > /dev/null",
     "FinishHookConfig.ranks": [1],
     "OnDemandConfig.nsys_ranks": {"actor_rollout_ref": [1]},
+    "ProfilingConfig.max_total_bytes": 3 << 30,
 }
 """Values whose field takes more than its type says (a template, an absolute path...)."""
 
@@ -96,7 +97,7 @@ def test_the_profiler_block_lists_its_keys_in_the_order_messages_always_used():
                                    "torch", "rocprof_sys", "phases", "rpc_timeout_s",
                                    "finalize_timeout_s", "on_rank_failure", "finish_hook",
                                    "on_demand", "existing_run", "summarise", "window_delay_s",
-                                   "window_duration_s")
+                                   "window_duration_s", "max_total_bytes")
     assert profiler_block.NSYS_KEYS == ("trigger", "executable", "worker_flags",
                                         "controller_flags")
     assert profiler_block.TORCH_KEYS == ("record_shapes", "profile_memory", "with_stack", "cuda")

@@ -438,8 +438,9 @@ def test_the_real_torch_capture_through_the_controller(tmp_path):
     class TorchRank(Rank):
         real_capture = True
 
-    controller = ProfileController(plan_of(tmp_path, [1], ranks=(0,)), rpc=InProcessRanks(),
-                                   echo=False, preflight=False, handle_signals=False)
+    plan = plan_of(tmp_path, [1], ranks=(0,))
+    controller = ProfileController(plan, rpc=InProcessRanks(), echo=False, preflight=False,
+                                   handle_signals=False)
     ranks = [TorchRank(0), TorchRank(1)]
     controller.register_group(GROUP, ranks)
     run(controller, ranks, [1])
@@ -448,6 +449,7 @@ def test_the_real_torch_capture_through_the_controller(tmp_path):
     assert (entry.status, entry.transfer) == ("ok", "rename")
     assert entry.path.endswith(".pt.trace.json.gz") and entry.bytes > 0
     assert os.path.getsize(os.path.join(str(tmp_path), entry.path)) == entry.bytes
+    assert entry.bytes <= plan.size.window_bytes[0]  # the size estimate holds a real trace
 
 
 # -- the controller's RPC bookkeeping, with a fake rank (moved from tests/faults) ---------------

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlprof.config import guard, layouts, nemo_env, profiler_block, verl_pools
+from verlprof.config import guard, layouts, nemo_env, profiler_block, size_budget, verl_pools
 from verlprof.config import validate as v
 from verlprof.config.draft import to_profiling
 from verlprof.config.schema import OptionValue, ProfilingConfig
@@ -102,7 +102,7 @@ def _build(raw: Dict[str, Any], env: Mapping[str, str]) -> LoadedConfig:
     profiler_block.check_options(draft)
     v.check_draft(draft)
     _warn_steps_beyond_the_run(draft, raw)
-    profiling = to_profiling(draft)
+    profiling = size_budget.resolve(to_profiling(draft))  # auto: the free space, now
     warnings = tuple(dict.fromkeys(draft.warnings))  # each message once, first order kept
     for message in warnings:
         logger.warning(message)

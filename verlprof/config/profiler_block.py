@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, get_type_hints
 
 from verlprof import paths
+from verlprof.config import size_budget
 from verlprof.config import validate as v
 from verlprof.config.draft import Draft
 from verlprof.config.options import TIME_WINDOW_KEYS, canonical_key
@@ -129,6 +130,9 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
                                              f"{PREFIX}.window_duration_s", 0.0)
                            if block.get("window_duration_s") is not None
                            else cfg.window_duration_s))
+    if "max_total_bytes" in block:  # null is a choice here (no budget), not "left out"
+        draft.set(max_total_bytes=size_budget.parse_setting(block["max_total_bytes"],
+                                                            f"{PREFIX}.max_total_bytes"))
     _read_nsys(block.get("nsys"), draft)
     draft.torch = _read_torch(block.get("torch"))
     _read_rocprof(block.get("rocprof_sys"), draft)

@@ -32,6 +32,13 @@ from verlprof.records import (
 
 OptionValue = Union[str, int, float, bool, None]
 
+AUTO_BYTES = "auto"
+"""``max_total_bytes: auto``: a share of the output file system's free space, found when the
+config is loaded (:mod:`verlprof.config.size_budget`)."""
+
+MaxBytes = Union[int, str, None]
+"""A byte budget: bytes, ``auto`` (before the loader resolves it) or None (no budget)."""
+
 NsysTrigger = Literal["auto", Trigger]
 """A trigger as configured: ``auto`` becomes ``cuda`` or ``nvtx`` once the devices are known."""
 
@@ -316,6 +323,20 @@ class ProfilingConfig:
     reports of long steps. nsys' own ``duration`` option is read as this key. The torch
     profiler opens and closes only on its own thread: there the bounds take effect at the
     first phase boundary after them."""
+
+    max_total_bytes: MaxBytes = AUTO_BYTES
+    """Most bytes of reports the run may write: a number of bytes or a size (``20GiB``,
+    ``500M``); ``auto``: a tenth of the free space of ``output_dir``'s file system when the
+    config is loaded, raised to hold the first window while that is at most half of it
+    (``verlprof report`` later adds a SQLite export about 3x each nsys report, and the trainer
+    writes checkpoints there); ``null``: no budget. ``verlprof plan`` prints the estimate per
+    window; while the job runs, the controller measures the reports written and opens no window
+    that would go past the budget (its reports are listed as ``skipped``, with the reason). A
+    budget that holds not even the first window is refused before the run."""
+
+    max_total_bytes_basis: str = field(default="", metadata=SET_BY_LOADER)
+    """How an ``auto`` budget was found (the share, the free space, the directory measured);
+    empty when the budget was given (set by the loader, for ``verlprof plan``)."""
 
     source: str = field(default="seed", metadata=SET_BY_LOADER)
     """Which input layout was read: ``seed``, ``verl_profiler``, ``verl_global_profiler``,

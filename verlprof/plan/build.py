@@ -19,6 +19,7 @@ from verlprof.config.schema import ComponentConfig, ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.config.verl_pools import ROLLOUT_REPLICAS, TEACHER
 from verlprof.errors import ConfigError
+from verlprof.plan.size import check_budget, size_plan
 from verlprof.plan.tool_launch import check_tool, controller_launch, worker_launch
 from verlprof.plan_model import (
     PHASE_ORDER,
@@ -111,6 +112,8 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
     served = {g.name for g in topology.groups if g.served}  # finish_hook ranks are GPU ranks
     hook = _finish_hook(config, [p for p in processes if p.group not in served], warnings) \
         if config.active else None
+    size = size_plan(config, topology, processes, controller, windows)
+    check_budget(size, windows)  # a budget that holds not even the first window: one line
     return ProfilePlan(
         enabled=bool(processes) or config.serves_requests, tool=config.tool,
         output_dir=config.output_dir,
@@ -126,7 +129,7 @@ def build_plan(config: ProfilingConfig, topology: Topology) -> ProfilePlan:
         finish_hook=hook, unprofiled=topology.unprofiled,
         on_demand=dataclasses.replace(config.on_demand, enabled=config.serves_requests),
         verl_release=config.verl_release, engine_route=_engine_route(config, topology),
-        disabled_reason="" if config.enabled else config.disabled_reason,
+        disabled_reason="" if config.enabled else config.disabled_reason, size=size,
         built_from=PlanInputs(config=config, topology=topology))
 
 

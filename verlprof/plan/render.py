@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from verlprof import paths
+from verlprof.config.size_budget import human_bytes
 from verlprof.config.topology import GroupTopology
 from verlprof.plan_model import ProfilePlan
 from verlprof.safe_text import shell_join, shell_quote, visible
@@ -60,6 +61,8 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
                                 "(trainer.profiler.window_delay_s / window_duration_s)"),
                           soft_wrap=True)
         console.print(_text(f"  output_dir: {plan.output_dir}"), soft_wrap=True)
+        for line in size_lines(plan):
+            console.print(_text(line), soft_wrap=True)
         console.print(_ranks_table(plan))
         _print_commands(plan, console)
         console.print(_files_table(plan))
@@ -71,6 +74,35 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
         console.print(_text(("warning:", "yellow"), f" {warning}"), soft_wrap=True)
     for line in next_steps(plan):
         console.print(_text(line), soft_wrap=True)
+
+
+def size_lines(plan: ProfilePlan) -> List[str]:
+    """The estimate per window and in all, by kind of report, against the budget."""
+    size = plan.size
+    if not size.window_bytes:
+        return []
+    each = sorted(set(size.window_bytes))
+    per_window = human_bytes(each[0]) if len(each) == 1 else \
+        f"{human_bytes(each[0])} to {human_bytes(each[-1])}"
+    budget = (f"budget {human_bytes(size.max_total_bytes)} ({size.key}"
+              + (f"; {size.basis})" if size.basis else ")")
+              if size.max_total_bytes is not None else
+              f"no budget ({size.key}: {size.basis or 'null'})")
+    lines = [f"  size: about {per_window} per window, {human_bytes(size.total_bytes)} for "
+             f"{len(size.window_bytes)} window(s); {budget}"]
+    lines += [f"    {k.kind}: {k.reports} report(s), about {human_bytes(k.bytes_per_step)} each "
+              f"per step ({k.basis})" for k in size.kinds]
+    if size.max_total_bytes is not None and size.total_bytes > size.max_total_bytes:
+        spent, first = 0, len(size.window_bytes)
+        for index, nbytes in enumerate(size.window_bytes):
+            spent += nbytes
+            if spent > size.max_total_bytes:
+                first = index
+                break
+        skipped = ", ".join(f"[{paths.step_text(w)}]" for w in plan.step_windows[first:])
+        lines.append(f"    at this estimate the budget ends before window(s) {skipped}: the run "
+                     "measures the reports it writes and skips the windows that would not fit")
+    return lines
 
 
 def unprofiled_lines(plan: ProfilePlan) -> List[str]:

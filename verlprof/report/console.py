@@ -99,8 +99,8 @@ def print_findings(summary: Summary, console: Console, per_step: Optional[bool] 
         _line(console, f"no stragglers (threshold {s.threshold:g}×, min excess "
               f"{s.min_excess_ms:g} ms)")
     if s.missing:
-        console.print(Text(f"{len(s.missing)} report(s) missing, incomplete or unreadable:",
-                           style="bold yellow"))
+        console.print(Text(f"{len(s.missing)} report(s) missing, incomplete, unreadable or "
+                           "skipped:", style="bold yellow"))
         for p in s.missing[:MAX_PROBLEM_LINES]:
             _line(console, f"  {p.kind}: step {','.join(map(str, p.steps))} {p.group} rank "
                   f"{p.rank} {p.component} ({p.path}): {p.reason}")

@@ -130,7 +130,7 @@ def render_md(summary: Summary) -> str:
               f"{x.ratio:.2f}"] for x in s.stragglers], (3, 5, 6, 7))
     else:
         lines.append("None.")
-    lines += ["", "## Missing, incomplete and unreadable reports", ""]
+    lines += ["", "## Missing, incomplete, unreadable and skipped reports", ""]
     if s.missing:
         lines += _md_table(
             ["status", "steps", "group", "rank", "component", "path", "reason"],

@@ -31,6 +31,7 @@ from verlprof.manifest import (
     STATUS_INCOMPLETE,
     STATUS_MISSING,
     STATUS_OK,
+    STATUS_SKIPPED,
     Manifest,
     ReportEntry,
 )
@@ -223,6 +224,9 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     for index, entry in enumerate(entries):
         if entry.status == STATUS_MISSING:
             problems.append(_problem(PROBLEM_MISSING, entry, entry.reason or "no report"))
+            continue
+        if entry.status == STATUS_SKIPPED:  # not opened on purpose: there is no file
+            problems.append(_problem(PROBLEM_SKIPPED, entry, entry.reason or "not opened"))
             continue
         if entry.status == STATUS_INCOMPLETE:
             problems.append(_problem(PROBLEM_INCOMPLETE, entry,

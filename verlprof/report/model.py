@@ -26,7 +26,8 @@ PROBLEM_INCOMPLETE = "incomplete"
 PROBLEM_UNREADABLE = "unreadable"
 """The report exists but could not be read (truncated, corrupt, export failed)."""
 PROBLEM_SKIPPED = "skipped"
-"""The report's backend has no reader (rocprof-sys)."""
+"""Its window was not opened on purpose (manifest status ``skipped``: the size budget), or its
+backend has no reader (rocprof-sys); the reason says which."""
 
 
 @dataclass(frozen=True)

@@ -218,7 +218,8 @@ class ProfileController:
             self.stop_all()
         window = self.plan.window_starting_at(step)
         if window is not None and window not in self._done_windows \
-                and self._output.window_may_open(window, self.on_rank_failure == "raise"):
+                and self._output.window_may_open(window, self.on_rank_failure == "raise",
+                                                 self.plan):  # the budget: plan as followed
             self._done_windows.add(window)
             self._open = window
             with self._controller.opening(window):  # overlaps the workers' start

@@ -1,5 +1,6 @@
-"""The controller's watch over output_dir: room for the manifest, and a full disk ends
-profiling (not training) in one line instead of hanging the run.
+"""The controller's watch over output_dir: room for the manifest, a full disk ends
+profiling (not training) in one line instead of hanging the run, and the size budget
+(:mod:`verlprof.runtime.size_budget`) keeps windows closed that would go past it.
 
 A disk that fills while a run profiles cannot take more reports: before each window the
 controller asks :meth:`OutputGuard.window_may_open`, and from the first problem on no window
@@ -19,6 +20,7 @@ from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import ReportEntry
 from verlprof.plan_model import ProfilePlan
 from verlprof.records import STATUS_OK, StepWindow
+from verlprof.runtime.size_budget import SizeBudget
 from verlprof.storage import SpaceReserve, reserve_bytes, write_problem
 
 logger = logging.getLogger("verlprof")
@@ -39,15 +41,19 @@ class OutputGuard:
         """Windows that did not open because of :attr:`problem`."""
         self._reserve = (SpaceReserve(plan.output_dir, reserve_bytes(len(plan.reports)))
                          if plan.enabled else None)
+        self.plan = plan
+        self.budget = SizeBudget(plan, echo=echo, warn=warn)
 
-    def window_may_open(self, window: StepWindow, raise_on_problem: bool) -> bool:
-        """False from the first time output_dir cannot be written (said once, in one line)."""
+    def window_may_open(self, window: StepWindow, raise_on_problem: bool,
+                        plan: Optional[ProfilePlan] = None) -> bool:
+        """False from the first time output_dir cannot be written (said once, in one line), and
+        for a window past the size budget (``plan``: the plan followed now, if replanned)."""
         if self.problem is not None:
             self.skipped.add(window)
         else:
             problem = write_problem(self.output_dir)
             if problem is None:
-                return True
+                return self.budget.window_may_open(plan or self.plan, window)
             line = self._say(problem, "no more profiling windows open in this run (the reports "
                                       "already written stay listed in the manifest)")
             self.skipped.add(window)
@@ -65,10 +71,11 @@ class OutputGuard:
                                    "in the manifest")
         if self._reserve is not None:
             self._reserve.release()
-        return [dataclasses.replace(e, reason=f"not opened: {KEY} could not be written "
-                                              f"({self.problem})")
-                if e.status != STATUS_OK and tuple(e.steps) in self.skipped else e
-                for e in entries]
+        return self.budget.before_manifest([
+            dataclasses.replace(e, reason=f"not opened: {KEY} could not be written "
+                                          f"({self.problem})")
+            if e.status != STATUS_OK and tuple(e.steps) in self.skipped else e
+            for e in entries])
 
     def _say(self, problem: str, consequence: str) -> str:
         self.problem = problem

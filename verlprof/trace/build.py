@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 from verlprof import paths
-from verlprof.manifest import STATUS_MISSING, STATUS_OK, Manifest, ReportEntry, read_manifest
+from verlprof.manifest import (
+    STATUS_MISSING,
+    STATUS_OK,
+    STATUS_SKIPPED,
+    Manifest,
+    ReportEntry,
+    read_manifest,
+)
 from verlprof.safe_text import visible
 from verlprof.trace.clock import Alignment, Key, alignments, clock_summary
 from verlprof.trace.links import Link, write_links
@@ -200,7 +207,7 @@ class _Run:
         tracks = self.tracks[(entry.group, entry.rank)]
         if entry.status != STATUS_OK:
             self._gap(entry, tracks, entry.status, entry.reason or "no reason recorded")
-        if entry.status == STATUS_MISSING:
+        if entry.status in (STATUS_MISSING, STATUS_SKIPPED):  # no file
             return None
         try:
             full = paths.inside(self.output_dir, entry.path)
