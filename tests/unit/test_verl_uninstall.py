@@ -129,13 +129,20 @@ def _config(tool, save_path=None):
 def test_after_uninstall_verls_profiler_is_verls_even_in_a_live_window(verl_as_shipped,
                                                                        tmp_path):
     """Under the bridge a live window routes every ``DistProfiler`` of the process to
-    verlprof; uninstalled, one built now is never adopted, and verl's own start/stop and
-    annotate run as in verl (its profiler tests' way: the CUDA profiler patched)."""
+    verlprof; uninstall gives each its own impl back, one built after is never adopted, and
+    verl's own start/stop and annotate run as in verl (its profiler tests' way: the CUDA
+    profiler patched)."""
     install()
-    uninstall()
     process = worker_side.host()
+    adopted = DistProfiler(rank=0, config=_config("nsys"),
+                           tool_config=NsightToolConfig(discrete=False))
+    own_impl = adopted._impl
     process._verlprof_active = True
     try:
+        assert type(adopted._impl).__name__ == "VerlprofImpl"
+        uninstall()  # in the window: verl's impl back at once
+        assert adopted._impl is own_impl and not adopted.check_this_step()
+        assert adopted not in process._profilers
         nsys = DistProfiler(rank=0, config=_config("nsys"),
                             tool_config=NsightToolConfig(discrete=False))
         torch_profiler = DistProfiler(rank=0, config=_config("torch", str(tmp_path)),

@@ -74,6 +74,14 @@ class ProcessHost(ProfilingWorkerMixin):
             for name, value in zip(_SWAPPED, self._saved.pop(id(profiler))):
                 setattr(profiler, name, value)
 
+    def release(self) -> None:
+        """Forget every verl profiler adopted so far, giving each verl's impl and gates back
+        (``uninstall()``)."""
+        with self._lock:
+            for profiler in list(self._profilers):
+                self._gate(profiler, False)
+            self._profilers.clear()
+
     def adopt(self, profiler: Any, worker_key: Optional[str]) -> None:
         """Remember ``profiler`` (a verl ``DistProfiler``): it delegates to this process's
         session while a window is live, and is verl's own otherwise."""
@@ -223,8 +231,9 @@ def route_method(owner_class: type, method: str, range_name: str,
 
 
 def forget_routes() -> None:
-    """After ``uninstall()``: no method of this process is rerouted any more."""
+    """After ``uninstall()``: no method of this process is rerouted, no verl profiler routed."""
     _SWAPPED_ORIGINALS.clear()
+    host().release()
 
 
 async def _run_swapped(key: str, args: tuple, kwargs: dict) -> Any:
