@@ -53,11 +53,20 @@ def replace_global(namespace: Dict[str, Any], name: str, value: Any) -> None:
     _put(namespace, name, value)
 
 
-def swap_code(function: Callable, code: Any) -> None:
-    """Give ``function`` (this very object) ``code``. Only for a function that no wrapper can
-    reach: Ray's actor method executors hold the function objects of an actor class from the
-    moment the worker loaded it, so a class attribute set later is never called."""
+def swap_code(function: Callable, code: Any, key: str, replacement: Callable) -> None:
+    """Give ``function`` (this very object) ``code``: a trampoline's that awaits
+    :func:`run_rerouted` for ``key``, which runs ``replacement``. Only for a function no
+    wrapper can reach: Ray's actor method executors hold the function objects of an actor
+    class from the moment the worker loaded it, so a class attribute set later is never called."""
+    _REROUTED[key] = replacement
     _put(function, "__code__", code)
+
+
+_REROUTED: Dict[str, Callable] = {}
+
+
+async def run_rerouted(key: str, args: tuple, kwargs: dict) -> Any:
+    return await _REROUTED[key](*args, **kwargs)
 
 
 def applied() -> Tuple[Patch, ...]:
@@ -67,6 +76,7 @@ def applied() -> Tuple[Patch, ...]:
 def undo_all() -> int:
     """Put every original back, newest change first; how many changes were undone."""
     undone = len(_APPLIED)
+    _REROUTED.clear()
     while _APPLIED:
         patch = _APPLIED.pop()
         owner, name, original = patch.owner, patch.name, patch.original

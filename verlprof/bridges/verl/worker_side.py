@@ -170,16 +170,13 @@ WEIGHT_SYNC = "update_weights"
 """The training worker's method that hands its weights to the rollout's engine (verl 0.7+:
 ``CheckpointEngineManager.update_weights`` calls it in every step's ``update_weights``)."""
 
-_SWAPPED_ORIGINALS: Dict[str, Tuple[Callable, str]] = {}
-"""Qualified name of each method given the trampoline's code → (a copy of verl's function,
-its range's name)."""
 _KEY = "__verlprof_key__"
-"""In the trampoline's code, the constant that becomes the method's qualified name."""
+"""In the trampoline's code, the constant that becomes the rerouted method's qualified name."""
 
 
 async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its code becomes verl's function's
-    from verlprof.bridges.verl.worker_side import _run_swapped  # no global of verl's module
-    return await _run_swapped("__verlprof_key__", args, kwargs)
+    from verlprof.bridges.verl.patching import run_rerouted  # no global of verl's module
+    return await run_rerouted("__verlprof_key__", args, kwargs)
 
 
 def route_generation(server_class: type, role: str) -> List[str]:
@@ -212,33 +209,28 @@ def route_method(owner_class: type, method: str, range_name: str,
     if not inspect.iscoroutinefunction(function) or getattr(static, MARK, False):
         return []
     key = function.__qualname__
+
+    def make(original: Callable) -> Callable:
+        async def routed(*args: Any, **kwargs: Any) -> Any:
+            return await _in_window(range_name, original, args, kwargs)
+        return routed
+
     if not held_by_ray:
-        def make(original: Callable) -> Callable:
-            async def routed(*args: Any, **kwargs: Any) -> Any:
-                return await _in_window(range_name, original, args, kwargs)
-            return routed
         return [key] if wrap_once(owner_class, method, make) else []
-    if function.__closure__ or key in _SWAPPED_ORIGINALS:
-        return []  # code with free variables cannot take the trampoline's
+    code = _trampoline.__code__
+    if function.__closure__ or function.__code__.co_filename == code.co_filename:
+        return []  # code with free variables cannot take the trampoline's; or rerouted already
     copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
                               function.__defaults__, None)
     copy.__kwdefaults__ = function.__kwdefaults__
-    _SWAPPED_ORIGINALS[key] = (copy, range_name)
-    code = _trampoline.__code__
     swap_code(function, code.replace(co_name=function.__name__, co_consts=tuple(
-        key if const == _KEY else const for const in code.co_consts)))
+        key if const == _KEY else const for const in code.co_consts)), key, make(copy))
     return [key]
 
 
 def forget_routes() -> None:
-    """After ``uninstall()``: no method of this process is rerouted, no verl profiler routed."""
-    _SWAPPED_ORIGINALS.clear()
+    """After ``uninstall()``: no verl profiler of this process is routed to verlprof."""
     host().release()
-
-
-async def _run_swapped(key: str, args: tuple, kwargs: dict) -> Any:
-    original, range_name = _SWAPPED_ORIGINALS[key]
-    return await _in_window(range_name, original, args, kwargs)
 
 
 async def _in_window(range_name: str, original: Callable, args: tuple, kwargs: dict) -> Any:
