@@ -64,6 +64,7 @@ LAZY_ALLOWED = {
     "verlprof.report.export_ahead",  # the nsys CLI module only when there is something to export
     "verlprof.bridges.verl.plugin",  # verl imports it everywhere; the bridge only when asked
     "verlprof.backends.nsys.gpu_sql",  # numpy and the page decoder only for large GPU tables
+    "verlprof.bridges.verl.worker_side",  # the trampoline runs with verl's module globals
 }
 """Modules allowed an import of verlprof inside a function; each is an entry point or a lazy
 loader for import cost, never a way around a cycle (the stage rule above still holds)."""

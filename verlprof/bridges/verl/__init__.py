@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from verlprof.bridges.verl.env import ENABLE_ENV
 
 if TYPE_CHECKING:
-    from verlprof.bridges.verl.bridge import Bridge, attach, install, plan_of
+    from verlprof.bridges.verl.bridge import Bridge, attach, install, plan_of, uninstall
     from verlprof.bridges.verl.driver_side import bridge_env
 
 _PUBLIC = {"Bridge": "bridge", "attach": "bridge", "install": "bridge", "plan_of": "bridge",
-           "bridge_env": "driver_side"}
+           "uninstall": "bridge", "bridge_env": "driver_side"}
 
-__all__ = ["ENABLE_ENV", "Bridge", "attach", "bridge_env", "install", "plan_of"]
+__all__ = ["ENABLE_ENV", "Bridge", "attach", "bridge_env", "install", "plan_of", "uninstall"]
 
 
 def __getattr__(name: str) -> Any:

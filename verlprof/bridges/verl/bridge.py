@@ -31,9 +31,10 @@ from verlprof.bridges.verl.driver_side import (
 )
 from verlprof.bridges.verl.engine_traces import EngineTraces
 from verlprof.bridges.verl.messages import nothing_profiled
+from verlprof.bridges.verl.patching import undo_all
 from verlprof.bridges.verl.served import patch_replicas
 from verlprof.bridges.verl.trainer import patch_trainers
-from verlprof.bridges.verl.worker_side import patch_dist_profiler
+from verlprof.bridges.verl.worker_side import forget_routes, patch_dist_profiler
 from verlprof.config import config_from_dict
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.manifest import Manifest
@@ -60,6 +61,15 @@ def install() -> List[str]:
         done.append("RolloutReplica")
     done += patch_trainers()
     return done
+
+
+def uninstall() -> int:
+    """Undo every patch the bridge applied in this process (``patching``'s record): each of
+    verl's attributes, functions and module globals is the identical original object again,
+    and :func:`install` may patch afresh. Returns how many patches were undone."""
+    set_active_bridge(None)
+    forget_routes()
+    return undo_all()
 
 
 class Bridge:

@@ -35,6 +35,7 @@ from verlprof.bridges.verl.messages import (
     nothing_profiled,
     verlprof_error,
 )
+from verlprof.bridges.verl.patching import wrap_once
 from verlprof.errors import ConfigError
 from verlprof.manifest import read_manifest
 from verlprof.plan import ProfilePlan
@@ -166,8 +167,7 @@ def install_launcher() -> Tuple[Any, Optional[Any]]:
     from verl.trainer import main_ppo
 
     previous = main_ppo.run_ppo
-    if not hasattr(previous, "__wrapped__"):
-        main_ppo.run_ppo = wrap_run_ppo(previous)
+    wrap_once(main_ppo, "run_ppo", wrap_run_ppo)
     return main_ppo, previous
 
 

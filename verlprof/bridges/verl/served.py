@@ -8,7 +8,8 @@ module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
 
 * driver side, :func:`patch_replicas`: every replica class verl makes a replica of has its
   ``launch_servers`` wrapped, and each Ray actor class
-  it names directly (a module global) is replaced, for good, by a :class:`LaunchingClass`.
+  it names directly (a module global) is replaced by a :class:`LaunchingClass` (until
+  ``uninstall()``).
   While a bridged launch runs, the replica's ``server_class`` is one too, and the launch's
   :class:`ServerLauncher` is in the task's context (a ``ContextVar``: verl launches its
   replicas concurrently, each in a task of its own, and a direct class is shared by all): each
@@ -21,11 +22,8 @@ module's ``TRTLLMHttpServer``. Two seams, both idle until a bridge is attached:
   server process, the server class's
   ``generate`` (what verl's ``LLMServerClient`` calls for every request) runs inside the
   range ``<role>/generate`` while a window is open, so that ``verlprof report`` counts
-  generation per replica and step. Ray keeps the function objects of an actor class from the
-  moment it loaded it, so the method is rerouted by giving that function a new ``__code__``
-  (a trampoline into ``worker_side._in_window``), in the configured process only; a
-  training process of a hybrid replica has its ``update_weights`` rerouted the same way
-  (``rollout/update_weights``).
+  generation per replica and step, in the configured process only; a training process of a
+  hybrid replica has its ``update_weights`` rerouted too (``rollout/update_weights``).
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from typing import Any, Callable, Dict, Optional
 
 from verlprof.bridges.verl.driver_side import active_bridge, bridged_options
 from verlprof.bridges.verl.engine_traces import node_of_actor
-from verlprof.bridges.verl.patching import wrap_once
+from verlprof.bridges.verl.patching import replace_global, wrap_once
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, teacher_group
 from verlprof.runtime.rank_rpc import describe_error
 
@@ -96,7 +94,7 @@ def _direct_server_classes(launch: Callable) -> None:
     namespace = launch.__globals__
     for name in launch.__code__.co_names:
         if isinstance(namespace.get(name), ray.actor.ActorClass):
-            namespace[name] = LaunchingClass(namespace[name])
+            replace_global(namespace, name, LaunchingClass(namespace[name]))
 
 
 def _wrap_launch(launch: Callable) -> Callable:

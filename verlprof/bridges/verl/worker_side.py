@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import threading
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from verlprof.bridges.verl.patching import MARK, wrap_once
+from verlprof.bridges.verl.patching import MARK, swap_code, wrap_once
 from verlprof.bridges.verl.roles import phase_of
 from verlprof.config.verl_pools import REWARD_REPLICAS, ROLLOUT_REPLICAS, TEACHER_REPLICAS
 from verlprof.worker import ProfilingWorkerMixin
@@ -74,6 +73,14 @@ class ProcessHost(ProfilingWorkerMixin):
         elif not active and id(profiler) in self._saved:
             for name, value in zip(_SWAPPED, self._saved.pop(id(profiler))):
                 setattr(profiler, name, value)
+
+    def release(self) -> None:
+        """Forget every verl profiler adopted so far, giving each verl's impl and gates back
+        (``uninstall()``)."""
+        with self._lock:
+            for profiler in list(self._profilers):
+                self._gate(profiler, False)
+            self._profilers.clear()
 
     def adopt(self, profiler: Any, worker_key: Optional[str]) -> None:
         """Remember ``profiler`` (a verl ``DistProfiler``): it delegates to this process's
@@ -163,56 +170,72 @@ WEIGHT_SYNC = "update_weights"
 """The training worker's method that hands its weights to the rollout's engine (verl 0.7+:
 ``CheckpointEngineManager.update_weights`` calls it in every step's ``update_weights``)."""
 
-_ORIGINALS: Dict[str, Tuple[Callable, str]] = {}
-"""Qualified name of each rerouted method → (a copy of verl's function, its range's name)."""
-_ROUTE = "__verlprof_in_window__"
+_KEY = "__verlprof_key__"
+"""In the trampoline's code, the constant that becomes the rerouted method's qualified name."""
 
 
-async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its __code__ replaces verl's
-    return await __verlprof_in_window__(args, kwargs)  # type: ignore[name-defined]  # noqa: F821
+async def _trampoline(*args: Any, **kwargs: Any) -> Any:  # its code becomes verl's function's
+    from verlprof.bridges.verl.patching import run_rerouted  # no global of verl's module
+    return await run_rerouted("__verlprof_key__", args, kwargs)
 
 
 def route_generation(server_class: type, role: str) -> List[str]:
-    """A replica's server: each request (``generate``) is the range ``<role>/generate``."""
-    return route_method(server_class, GENERATE, f"{role}/{GENERATE}")
+    """A replica's server: each request (``generate``) is the range ``<role>/generate``.
+    Ray calls the server's methods through the function objects it held when it loaded the
+    class, so ``generate`` itself is given the trampoline's code (:func:`patching.swap_code`)."""
+    return route_method(server_class, GENERATE, f"{role}/{GENERATE}", held_by_ray=True)
 
 
 def route_weight_sync(actor: Any) -> List[str]:
     """A training process of a hybrid replica: the weights it hands to the rollout's engine
     (``update_weights``, of its fused roles' workers too) are the range
-    ``rollout/update_weights`` (in verl 0.7+ no generation runs in this process)."""
-    owners = [actor, *(getattr(actor, "worker_dict", None) or {}).values()]
-    return [key for owner in owners
-            for key in route_method(type(owner), WEIGHT_SYNC, f"rollout/{WEIGHT_SYNC}")]
+    ``rollout/update_weights`` (in verl 0.7+ no generation runs in this process). verl's fused
+    actor looks its role workers' methods up on every call: those are wrapped."""
+    name = f"rollout/{WEIGHT_SYNC}"
+    workers = (getattr(actor, "worker_dict", None) or {}).values()
+    return route_method(type(actor), WEIGHT_SYNC, name, held_by_ray=True) + [
+        key for worker in workers for key in route_method(type(worker), WEIGHT_SYNC, name)]
 
 
-def route_method(owner_class: type, method: str, range_name: str) -> List[str]:
-    """Reroute ``owner_class.<method>`` (a coroutine function without closure) through
-    :func:`_in_window` in this process; returns what was rerouted."""
-    # the function verl wrote: Ray's actor classes and verl's @register wrap each method
-    # (functools.wraps) in a closure that calls it, so the one to reroute is the innermost
-    function = inspect.unwrap(inspect.getattr_static(owner_class, method, None) or
-                              (lambda: None))
-    if not inspect.iscoroutinefunction(function) or function.__closure__ \
-            or getattr(function, MARK, False):
+def route_method(owner_class: type, method: str, range_name: str,
+                 held_by_ray: bool = False) -> List[str]:
+    """Run ``owner_class.<method>`` (a coroutine function) inside ``range_name`` while a window
+    of this process is open; returns what was rerouted. ``held_by_ray``: the class is the
+    actor's own, whose methods Ray calls without looking them up, so verl's function (the
+    innermost: Ray's and verl's decorators wrap each method in a closure calling it) gets the
+    trampoline's code; otherwise the class attribute is wrapped."""
+    static = inspect.getattr_static(owner_class, method, None)
+    function = inspect.unwrap(static or (lambda: None))
+    if not inspect.iscoroutinefunction(function) or getattr(static, MARK, False):
         return []
     key = function.__qualname__
+
+    def make(original: Callable) -> Callable:
+        async def routed(*args: Any, **kwargs: Any) -> Any:
+            return await _in_window(range_name, original, args, kwargs)
+        return routed
+
+    if not held_by_ray:
+        return [key] if wrap_once(owner_class, method, make) else []
+    code = _trampoline.__code__
+    if function.__closure__ or function.__code__.co_filename == code.co_filename:
+        return []  # code with free variables cannot take the trampoline's; or rerouted already
     copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
+                              function.__defaults__, None)
     copy.__kwdefaults__ = function.__kwdefaults__
-    _ORIGINALS[key] = (copy, range_name)
-    function.__globals__.setdefault(_ROUTE, _in_window)
-    # the trampoline's code names the method (co_name: tracebacks read well, and the route
-    # finds verl's function by it: Python 3.9's code objects have no qualified name)
-    function.__code__ = _trampoline.__code__.replace(co_name=key)
-    setattr(function, MARK, True)
+    swap_code(function, code.replace(co_name=function.__name__, co_consts=tuple(
+        key if const == _KEY else const for const in code.co_consts)), key, make(copy))
     return [key]
 
 
-async def _in_window(args: tuple, kwargs: dict) -> Any:
+def forget_routes() -> None:
+    """After ``uninstall()``: no verl profiler of this process is routed to verlprof."""
+    host().release()
+
+
+async def _in_window(range_name: str, original: Callable, args: tuple, kwargs: dict) -> Any:
     """A rerouted method: its range around it while a window of this process is open; verl's
     function as it is otherwise."""
-    original, range_name = _ORIGINALS[sys._getframe(1).f_code.co_name]
     process = host()
     session = process._verlprof_session
     if session is None or not process._verlprof_active:
