@@ -305,8 +305,9 @@ class ProfilingConfig:
 
     summarise: Summarise = "at_end"
     """When each report's summary (what ``verlprof report`` reads out of it) is made on the Ray
-    node that holds the report, as a task there (one CPU, a few at once per node), so that only
-    the small summary travels and ``verlprof report`` reads it instead of the report:
+    node that holds the report, as a task there (two at once per node, each reserving no CPU:
+    the job's actors hold them), so that only the small summary travels and ``verlprof
+    report`` reads it instead of the report:
     ``at_end`` after the job (in finalize, on every node at once), ``per_window`` also while
     the job runs, as each window's reports reach the output directory, ``off`` never (then
     ``verlprof report`` reads every report itself, and keeps a summary of each for next time)."""

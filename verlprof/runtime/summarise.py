@@ -3,8 +3,9 @@ it, so that only the summary travels (``trainer.profiler.summarise``).
 
 The per-report part of ``verlprof report`` (export, phase ranges, GPU sums: what
 :func:`verlprof.backends.summary.make_summary` keeps) runs as a task pinned to the report's node
-(``NodeAffinitySchedulingStrategy``, not soft; one CPU; at most :data:`PER_NODE` at once per
-node, so that a node's CPUs stay the job's). The task writes the summary beside the report and
+(``NodeAffinitySchedulingStrategy``, not soft), reserving no CPU (the job's actors hold them
+until it ends) and at most :data:`PER_NODE` at once per node, so that a node's CPUs stay the
+job's. The task writes the summary beside the report and
 sends back only a :class:`SummaryResult`. The node that holds a report is the one its process
 ran on (``ReportEntry.node_id``) when that node sees it at its place in ``output_dir`` (a
 shared file system, or a report written there directly); where it does not (the report was
@@ -38,7 +39,7 @@ from verlprof.worker.identity import node_id as this_node_id
 logger = logging.getLogger("verlprof")
 
 PER_NODE = 2
-"""Summary tasks running at once on one node (each takes one CPU and one ``nsys export``)."""
+"""Summary tasks running at once on one node (each runs one ``nsys export``: about a core)."""
 Outcome = Literal["made", "current", "not_here", "unreadable"]
 """``made`` now, ``current`` (a summary that matches was there), ``not_here`` (this node does
 not see the report), ``unreadable`` (the reason says why)."""
@@ -190,13 +191,15 @@ def _run(queues: Dict[str, List[SummaryJob]], local: str, per_node: int,
 
 
 def _task(node: str):
-    """:func:`summarise_here` as a task pinned to ``node``, with one CPU, run by this
-    interpreter (a task inherits its creator's runtime_env; the controller may run under
-    nsys)."""
+    """:func:`summarise_here` as a task pinned to ``node``, run by this interpreter (a task
+    inherits its creator's runtime_env; the controller may run under nsys). It reserves no
+    CPU, as verlprof's other node tasks: at finalize the job's actors still hold their nodes'
+    CPUs, so a one-CPU task waited until the finalize timeout and was cancelled (the
+    two-node test: 7.5 minutes). ``per_node`` tasks in flight bound its use of a node."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(num_cpus=1, max_retries=0)(summarise_here).options(
+    return ray.remote(num_cpus=0, max_retries=0)(summarise_here).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         runtime_env={"py_executable": sys.executable})
 
