@@ -57,6 +57,7 @@ LAZY_ALLOWED = {
     "verlprof", "verlprof.config",  # PEP 562 __getattr__: import cost
     "verlprof.cli", "verlprof.report.cli",  # commands load what the chosen subcommand needs
     "verlprof.trace.cli",
+    "verlprof.runtime.capture_cli",  # capture/status/collect: each loads its own path
     "verlprof.demo.run",  # the demo's entry point
     "verlprof.report.summary",  # Pillow only when a picture is drawn
     "verlprof.backends",  # PEP 562: a backend's module when it is asked for

@@ -95,7 +95,8 @@ def test_with_on_rank_failure_raise_the_run_stops_at_the_next_window(tmp_path):
     plan = plan_of(str(out), [1, 2])
     controller, _, _ = controller_of(plan, on_rank_failure="raise")
     _steps(controller, [1])
-    shutil.rmtree(out)
+    while out.exists():  # the placer may be writing its journal there as it goes
+        shutil.rmtree(out, ignore_errors=True)
     out.write_text("")
     with pytest.raises(ProfilingRuntimeError) as info:
         _steps(controller, [2])

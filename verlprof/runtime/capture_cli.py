@@ -22,7 +22,6 @@ from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
-from verlprof.runtime import leftovers
 from verlprof.safe_text import visible
 
 EXIT_REFUSED = 2
@@ -73,6 +72,8 @@ def run_capture_command(args: argparse.Namespace) -> int:
         if args.command == "status":
             return _status(args)
         if args.command == "collect":
+            from verlprof.runtime import leftovers  # the collection path, only when asked
+
             return leftovers.run_collect(args.output_dir, args.timeout)
         return _capture(args)
     except ProfilingRuntimeError as err:
@@ -225,6 +226,8 @@ def _status(args: argparse.Namespace) -> int:
 def _ended_status(output_dir: str) -> int:
     path = os.path.join(output_dir, paths.MANIFEST_NAME)
     try:
+        from verlprof.runtime import leftovers  # not on the parser's import path
+
         state, manifest = leftovers.run_state(output_dir)
     except ValueError:
         raise ProfilingRuntimeError(f"{output_dir}: no running job and no manifest") from None

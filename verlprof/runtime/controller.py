@@ -326,7 +326,8 @@ class ProfileController:
                     self.context.identity.get(target, ProcessIdentity(host="", pid=0)),
                     died or why.get(target, "no answer"), sent, self.plan.tool, local_node,
                     0 if cut else timeout))
-            entries = self._placement.merge(items, self._rpc.actors, local_node)
+            entries = self._placement.merge(items, self._rpc.actors, local_node,
+                                            0.0 if cut else min(60.0, timeout))
             entries += self._on_demand.gathered  # gathered while the job ran
             entries += self._controller.collect(0 if cut else timeout, local_node)
             entries = self._output.before_manifest(entries)

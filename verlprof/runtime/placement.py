@@ -134,12 +134,14 @@ class Placement:
             thread.join(timeout_s)
 
     def merge(self, items: List[WorkerReport], actors: Dict[Target, Any],
-              local_node: str) -> List[ReportEntry]:
+              local_node: str, wait_s: float = 60.0) -> List[ReportEntry]:
         """finalize's entries for ``items``, in their order, once the thread has stopped: a
         report placed early keeps its entry and its raw file goes; the others move as before
         (:func:`~verlprof.runtime.collect.move_all`). A missing report of a process whose Ray
-        node is gone says ``node <id> lost``. The journal goes: finalize writes the manifest."""
-        self.finish()
+        node is gone says ``node <id> lost``. The journal goes: finalize writes the manifest.
+        ``wait_s``: how long the thread may take to stop (0 when a signal cut finalize short:
+        it may be waiting on a rank that never answers)."""
+        self.finish(wait_s)
         out: List[Optional[ReportEntry]] = [None] * len(items)
         rest: List[int] = []
         for index, item in enumerate(items):
