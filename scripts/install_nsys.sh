@@ -37,10 +37,23 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   nsight-systems-target nsight-systems >/dev/null
 link_importer
 smoke=$(mktemp -d)
-if timeout 120 nsys profile -t nvtx --sample=none --cpuctxsw=none -f true -o "$smoke/smoke" \
-     python3 -c pass >/dev/null 2>&1 && [ -f "$smoke/smoke.nsys-rep" ]; then
+# nsys leaves an agent (`nsys --start-agent`) behind its run; the smoke's carries this mark in
+# its environment, so only the smoke's own agent is ended (never another job's)
+mark="verlprof-nsys-smoke-$$-$RANDOM"
+end_smoke_agents() {
+  for pid in $(pgrep -f -- '--start-agent' || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "VERLPROF_NSYS_SMOKE=$mark"; then
+      kill "$pid" 2>/dev/null || true
+    fi
+  done
+}
+if VERLPROF_NSYS_SMOKE="$mark" timeout 120 nsys profile -t nvtx --sample=none --cpuctxsw=none \
+     -f true -o "$smoke/smoke" python3 -c pass >/dev/null 2>&1 \
+     && [ -f "$smoke/smoke.nsys-rep" ]; then
+  end_smoke_agents
   echo "install_nsys: $(nsys --version | head -n1) installed and writes reports"
 else
+  end_smoke_agents
   echo "install_nsys: nsys installed but the smoke test wrote no report" >&2
   exit 1
 fi
