@@ -173,7 +173,8 @@ def test_table_lists_every_row():
                        "on-demand", "replicas", "summaries", "anatomy", "gpu")
 
 
-def test_p5_result_compares_entry_and_exit_with_their_own_floors():
+def _p5_row() -> tuple:
+    """P5's row from fixed timings: every other step's entry stalls 0.5 s, its exit 3 ms."""
     from benchmarks import p5_stall
 
     steps = range(1, p5_stall.STEPS + 1)
@@ -181,7 +182,13 @@ def test_p5_result_compares_entry_and_exit_with_their_own_floors():
            "body": {s: 0.02 for s in steps},
            "exit": {s: (0.003 if s % 2 else 0.001) for s in steps},
            "bare": [0.001] * p5_stall.STEPS}
-    row = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, [])
+    return p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, []), got
+
+
+def test_p5_result_compares_entry_and_exit_with_their_own_floors():
+    from benchmarks import p5_stall
+
+    row, got = _p5_row()
     # entry +0.499 s vs 0.6 + 2 x 0.001; exit +0.002 s vs 2 x 0.001: the worse one, exit
     assert row.verdict == "PASS" and abs(row.ratio - 1.0) < 1e-9
     late = p5_stall._result(got, {"alone": 0.2, "schedule": 0.3}, False, False, [])
@@ -257,14 +264,7 @@ def test_replicas_rows_from_a_run():
 
 
 def test_p5_and_p2_rows_carry_their_rounds():
-    from benchmarks import p5_stall
-
-    steps = range(1, p5_stall.STEPS + 1)
-    got = {"enter": {s: (0.5 if s % 2 else 0.001) for s in steps},
-           "body": {s: 0.02 for s in steps},
-           "exit": {s: (0.003 if s % 2 else 0.001) for s in steps},
-           "bare": [0.001] * p5_stall.STEPS}
-    row = p5_stall._result(got, {"alone": 0.2, "schedule": 0.6}, False, False, [])
+    row, _ = _p5_row()
     assert row.samples == [pytest.approx(1.0)] * 4  # one per profiled step after the first
     times = {n: {"verlprof": [1.2e6 * n] * 16, "bare": [1e6 * n] * 16} for n in (8, 32)}
     idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
