@@ -81,8 +81,9 @@ def at_scale(rounds: int, ranks: int, log=print) -> Result:
     report, added = median(rest), median(anatomies)
     log(f"anatomy at {ranks} ranks: {added * 1e3:.0f} ms on {len(load.records):,} records; "
         f"summarise + render {report:.2f} s")
+    # ``rest`` is timed without the anatomy, so the ratio is the anatomy over it as measured
     return Result(f"Anatomy at {ranks} ranks x 8 components: added to summarise + render",
-                  added / max(report - added, 1e-9), GOAL,
+                  added / max(report, 1e-9), GOAL,
                   details=[f"{len(load.records):,} phase records, {len(load.steps)} steps: "
                            f"anatomize {added * 1e3:.0f} ms, the report after reading "
                            f"{report:.2f} s (medians of {rounds})"],
