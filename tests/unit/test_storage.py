@@ -4,9 +4,11 @@ asked). The real full disk, with nsys and Ray, is tests/faults/test_disk_full.py
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
-import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,14 +71,26 @@ def _steps(controller, steps) -> list:
     return trained
 
 
+def _turn_into_a_file(out: Path) -> None:
+    """``out`` becomes a file: nothing can be created below it. The controller's placer may
+    be writing its running manifest there at that moment (and recreates the directory), so
+    the directory is renamed away, never removed file by file, until the file takes its
+    place."""
+    for attempt in itertools.count():
+        with contextlib.suppress(OSError):
+            os.rename(out, out.with_name(f"{out.name}.gone{attempt}"))
+        with contextlib.suppress(OSError):
+            os.close(os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+
+
 def test_no_window_opens_once_output_dir_cannot_be_written_and_training_goes_on(tmp_path):
     out = tmp_path / "out"
     plan = plan_of(str(out), [1, 2, 3])
     controller, _, rpc = controller_of(plan, on_rank_failure="continue")
     assert (out / RESERVE_NAME).exists()  # room for the manifest from the start
     _steps(controller, [1])
-    shutil.rmtree(out)  # the directory turns unwritable (here: gone) during the run
-    out.write_text("")  # a file where the directory was: nothing can be created below it
+    _turn_into_a_file(out)  # the directory turns unwritable during the run
     assert _steps(controller, [2, 3]) == [2, 3]
     warnings = [w for w in controller.context.warnings
                 if w.startswith("trainer.profiler.output_dir")]
@@ -95,9 +109,7 @@ def test_with_on_rank_failure_raise_the_run_stops_at_the_next_window(tmp_path):
     plan = plan_of(str(out), [1, 2])
     controller, _, _ = controller_of(plan, on_rank_failure="raise")
     _steps(controller, [1])
-    while out.exists():  # the placer may be writing its journal there as it goes
-        shutil.rmtree(out, ignore_errors=True)
-    out.write_text("")
+    _turn_into_a_file(out)
     with pytest.raises(ProfilingRuntimeError) as info:
         _steps(controller, [2])
     assert str(info.value).startswith("trainer.profiler.output_dir: ")
