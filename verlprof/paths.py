@@ -49,8 +49,6 @@ RESERVE_NAME = ".verlprof-reserve"
 """Room held for the manifest from the run's start until the manifest is written."""
 PROBE_FORMAT = ".verlprof-probe-{pid}"
 """A file written and removed at once to test that the directory takes writes."""
-MANIFEST_TMP_PREFIX = ".manifest."
-"""The manifest is written to a temporary file of this prefix, then renamed."""
 TOKEN_NAME = ".verlprof-token"
 """The running job's capture token (mode 0600): a request must carry it
 (:mod:`verlprof.runtime.request_desk`); removed when the job ends."""

@@ -124,6 +124,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     doomed = two_nodes.add_node(num_cpus=2, resources={"doomed_node": 100})
     two_nodes.wait_for_nodes()
     out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
+    release = str(tmp_path / "node_gone")  # ends the stuck rank's sleep once the node is lost
     outcome: dict = {}
 
     def run() -> None:
@@ -136,7 +137,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
                 "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, "
                 "critic: {doomed_node: 1}, rm: {second_node: 1}}",
                 "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,"
-                f"step:3,action:sleep,seconds:60,marker:'{marker}'}}]"])[1]
+                f"step:3,action:sleep,seconds:60,marker:'{marker}',release:'{release}'}}]"])[1]
         except Exception as err:  # the step needing the lost critic fails; finalize ran
             outcome["error"] = err
 
@@ -168,6 +169,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
     while lost in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:  # before step 3 goes on
         assert time.monotonic() < deadline
         time.sleep(0.5)
+    open(release, "w").close()
     trainer.join(300)
     assert not trainer.is_alive()
     with open(os.path.join(out, "manifest.json")) as handle:

@@ -8,9 +8,10 @@ owning group: rollout ``generate_sequences``, actor ``compute_log_prob``, ref
 
 The ``demo:`` block of the config (ignored by verlprof itself) also lets you rehearse faults:
 
-``demo.faults: [{group, rank, phase, step, action, seconds, marker}]``
+``demo.faults: [{group, rank, phase, step, action, seconds, marker, release}]``
     planted in that rank's ``phase`` on its ``step``-th call (= training step ``step``):
-    ``kill`` (SIGKILL itself), ``raise`` (an exception), ``sleep`` (``seconds``, a stuck rank);
+    ``kill`` (SIGKILL itself), ``raise`` (an exception), ``sleep`` (``seconds``, a stuck rank;
+    sooner once the file ``release`` exists, so a rehearsal need not wait the worst case out);
     ``marker``: a file written (JSON: pid, phase, step) just before the fault fires.
 ``demo.on_worker_death``: ``stop`` (default, like verl: the step fails) or ``continue`` (the
     dead rank is dropped and its share of the batch goes to the others).
@@ -120,7 +121,16 @@ def _fire(fault: Dict[str, Any], phase: str) -> None:
     elif fault["action"] == "raise":
         raise RuntimeError(f"planted fault in {phase} (step {fault['step']})")
     elif fault["action"] == "sleep":
-        time.sleep(float(fault.get("seconds", 30)))
+        _stuck(float(fault.get("seconds", 30)), fault.get("release"))
+
+
+def _stuck(seconds: float, release: Optional[str]) -> None:
+    """Sleep ``seconds``, or until the file ``release`` exists."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if release and os.path.exists(release):
+            return
+        time.sleep(min(left, 0.2) if release else left)
 
 
 _FAULTY: Dict[type, type] = {}

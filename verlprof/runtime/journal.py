@@ -15,13 +15,13 @@ import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import dacite
 
 from verlprof import paths
+from verlprof.manifest import write_json_atomically
 from verlprof.records import ProcessIdentity, StepWindow
 
 JOURNAL_NAME = "placement.json"
@@ -75,23 +75,8 @@ def read_journal(output_dir: str) -> Optional[RunJournal]:
 
 
 def write_journal(journal: RunJournal, output_dir: str) -> None:
-    write_json(os.path.join(output_dir, paths.RAW_DIR), JOURNAL_NAME, dataclasses.asdict(journal))
-
-
-def write_json(folder: str, name: str, data: Any) -> None:
-    """Atomically (temp file + rename, as ``write_manifest``): a reader never sees half."""
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            # one string, no indent: only then does json use its C encoder (json.dump, or an
-            # indent, runs the Python one: seconds for the 25,000 entries of 8,192 ranks)
-            handle.write(json.dumps(data) + "\n")
-        os.replace(tmp, os.path.join(folder, name))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_json_atomically(os.path.join(output_dir, paths.RAW_DIR), JOURNAL_NAME,
+                          dataclasses.asdict(journal))
 
 
 def remove_journal(output_dir: str) -> None:

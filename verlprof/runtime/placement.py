@@ -52,11 +52,9 @@ from verlprof.runtime.journal import (
     SentWindow,
     remove_journal,
     write_journal,
-    write_json,
 )
 from verlprof.runtime.placing import (
     ask_in_process,
-    flat,
     lost_nodes,
     lowest_priority,
     place_early,
@@ -313,8 +311,7 @@ class Placement:
             if not run.run.writes_manifest:
                 return
             write_journal(journal, plan.output_dir)
-            manifest = run.manifest(entries, running=True)
-            write_json(plan.output_dir, paths.MANIFEST_NAME, flat(manifest))
+            run.write(run.manifest(entries, running=True))
 
     def running_entries(self, plans: Dict[Target, ProcessPlan]) -> List[ReportEntry]:
         """Every planned report of the registered processes: placed ones ``ok``, the rest

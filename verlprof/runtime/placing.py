@@ -12,7 +12,7 @@ import threading
 from typing import Any, Dict, List, Optional, Set
 
 from verlprof import paths
-from verlprof.manifest import Manifest, ReportEntry
+from verlprof.manifest import ReportEntry
 from verlprof.records import STATUS_OK, Target, WorkerReport
 from verlprof.runtime.collect import fetch_from_node, report_target
 from verlprof.runtime.local_rpc import OnOwnThread
@@ -79,15 +79,6 @@ def ask_in_process(rpc: Any, targets: List[Target]) -> Dict[Target, List[WorkerR
             else:
                 out[target] = actor.verlprof_ready()
     return out
-
-
-def flat(manifest: Manifest) -> Dict[str, Any]:
-    """``manifest.to_dict()`` without deep-copying every entry (``asdict`` of 25,000 entries
-    takes seconds): entries and processes are flat records of strings, numbers and tuples."""
-    head = dataclasses.asdict(dataclasses.replace(manifest, reports=(), processes=()))
-    head["reports"] = [dict(vars(e)) for e in manifest.reports]
-    head["processes"] = [dict(vars(p)) for p in manifest.processes]
-    return head
 
 
 def lowest_priority() -> None:
