@@ -1,6 +1,8 @@
-"""Fixtures of the fault suite: one Ray head per session, one connection per module, and a
-check at the end of each module that no ``nsys --start-agent`` (or ``nsys profile``) this suite
-started is left behind. The terminal summary says what the suite proved."""
+"""Fixtures of the fault suite: one Ray head for the suite (package scope: it ends with the
+fault suite, not with the test session, whose other tiers start clusters of their own), one
+connection per module, and a check at the end of each module that no ``nsys --start-agent``
+(or ``nsys profile``) this suite started is left behind. The terminal summary says what the
+suite proved."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from tests.faults import harness
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_head():
     from tests.helpers import require_nsys
 

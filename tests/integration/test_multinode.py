@@ -1,7 +1,9 @@
-"""Two Ray nodes (ray.cluster_utils.Cluster), no shared staging assumed: reports written on the
-second node reach the controller's output_dir over Ray, and the manifest is complete; so do the
-traces verl's engine writes on the node of a rollout replica (the second node holds the one
-logical GPU, so verl's replica lands there, the bridge's driver on the head node)."""
+"""Ray nodes started as on a real cluster (``ray start --head``, ``ray start --address``: each
+its own raylet and node id, tests/ray_start.py), no shared staging assumed: reports written on
+the second node reach the controller's output_dir over Ray, and the manifest is complete; so
+do the traces verl's engine writes on the node of a rollout replica (the second node holds the
+one logical GPU, so verl's replica lands there, the bridge's driver on the head node); a third
+node whose raylet is killed mid-run keeps its closed windows."""
 
 from __future__ import annotations
 
@@ -12,24 +14,46 @@ import pytest
 
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import files_on_disk, nvtx_names, planned_files, run_case
+from tests.ray_start import RayStartNode
 from verlprof.backends.summary import SUMMARY_SUFFIX
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
+def two_nodes():
+    """The head (``head_node``) and a second node (``second_node``, one logical GPU), joined
+    by ``ray start --address``; this process is the driver."""
     require_nsys()
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"head_node": 100}, "include_dashboard": False})
-    cluster.add_node(num_cpus=2, num_gpus=1, resources={"second_node": 100})
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    head = RayStartNode(name="head", num_cpus=1, resources={"head_node": 100}).wait_ready()
+    second = RayStartNode(name="second", head_address=head.address, num_cpus=2, num_gpus=1,
+                          resources={"second_node": 100})
+    try:
+        second.wait_ready()
+        ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
+        wait_for_node("second_node")
+        yield head
+    finally:
+        ray.shutdown()
+        second.stop()
+        head.stop()
+
+
+def wait_for_node(resource: str, timeout_s: float = 120.0) -> str:
+    """The id of the live node holding ``resource``, once the cluster sees it."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [n["NodeID"] for n in ray.nodes() if n["Alive"] and resource in n["Resources"]]
+        if alive:
+            return alive[0]
+        assert time.monotonic() < deadline, f"no node with {resource} joined"
+        time.sleep(0.5)
 
 
 @pytest.mark.timeout(420)  # 300 s default; finalize also summarises 8 reports (22 s at load 25)
@@ -106,7 +130,18 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
     assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written
 
 
-def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
+@pytest.fixture
+def doomed(two_nodes):
+    """A third node, joined for one test, which kills it."""
+    node = RayStartNode(name="doomed", head_address=two_nodes.address, num_cpus=2,
+                        resources={"doomed_node": 100})
+    try:
+        yield node.wait_ready()
+    finally:
+        node.stop()
+
+
+def test_a_lost_node_keeps_its_closed_windows(doomed, tmp_path):
     """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
     runs (torch writes each at close; they travel over Ray from that node). Its raylet and
     worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of
@@ -121,8 +156,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
 
     import ray
 
-    doomed = two_nodes.add_node(num_cpus=2, resources={"doomed_node": 100})
-    two_nodes.wait_for_nodes()
+    lost = wait_for_node("doomed_node")
     out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
     release = str(tmp_path / "node_gone")  # ends the stuck rank's sleep once the node is lost
     outcome: dict = {}
@@ -143,7 +177,6 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
 
     trainer = threading.Thread(target=run, daemon=True)
     trainer.start()
-    lost = doomed.node_id
     deadline = time.monotonic() + 300
     while not os.path.exists(marker):  # step 3 began: steps 1-2 closed, step 3's windows open
         assert trainer.is_alive() and time.monotonic() < deadline, outcome
@@ -161,7 +194,7 @@ def test_a_lost_node_keeps_its_closed_windows(two_nodes, tmp_path):
                 for e in running["reports"] if e["group"] == "critic"}
     # placed while running, and step 3 still open on that node as it goes
     assert seen[(0, 3)] == seen[(1, 3)] == "open: being captured", seen
-    two_nodes.remove_node(doomed, allow_graceful=False)
+    doomed.kill()  # its raylet, as when the machine goes
     for process in running["processes"]:  # its worker processes go with the machine
         if process["node_id"] == lost:
             with contextlib.suppress(ProcessLookupError):
