@@ -88,7 +88,7 @@ class RayStartNode:
 
     def __init__(self, *, name: str = "head", head_address: Optional[str] = None,
                  num_cpus: int = 2, num_gpus: int = 0,
-                 resources: Optional[Dict[str, float]] = None):
+                 resources: Optional[Dict[str, float]] = None, own_mounts: bool = False):
         self.temp_dir = f"/tmp/vpf-{SESSION[:8]}-{name}"  # short: Unix socket paths are
         self.is_head = head_address is None
         self.port = _free_port() if self.is_head else None
@@ -104,8 +104,12 @@ class RayStartNode:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         os.makedirs(self.temp_dir)
         self.log = open(os.path.join(self.temp_dir, "node.log"), "wb")  # noqa: SIM115
+        # own_mounts: the node's processes get a mount namespace of their own (unshare, no
+        # fork: the pid stays ray start's), where :meth:`hide` can give a directory a private
+        # content, as a machine with its own disk would have
         self.proc = subprocess.Popen(
-            [str(VENV_BIN / "ray"), "start", *(["--head"] if self.is_head else []), *where,
+            [*(["unshare", "--mount", "--propagation", "private"] if own_mounts else []),
+             str(VENV_BIN / "ray"), "start", *(["--head"] if self.is_head else []), *where,
              "--block", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
              f"--resources={json.dumps(resources or {})}", "--disable-usage-stats",
              f"--temp-dir={self.temp_dir}"],
@@ -134,6 +138,15 @@ class RayStartNode:
         self.log.flush()
         with open(self.log.name, errors="replace") as handle:
             return " | ".join(handle.read().splitlines()[-5:])
+
+    def hide(self, directory: str) -> None:
+        """From now on this node (started with ``own_mounts``) sees ``directory`` as an empty
+        file system of its own, and every other node keeps seeing the real one: what this
+        node writes there stays on it, as on a node without a shared file system (and goes
+        with it when it is killed)."""
+        os.makedirs(directory, exist_ok=True)
+        subprocess.run(["nsenter", f"--target={self.proc.pid}", "--mount", "--", "mount", "-t",
+                        "tmpfs", "-o", "size=256m", "tmpfs", directory], check=True, timeout=30)
 
     def kill(self) -> None:
         """SIGKILL to the node's whole process group (raylet, its workers' parent, the

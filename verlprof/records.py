@@ -25,8 +25,10 @@ ExistingRun = Literal["move_aside", "new_subdir", "refuse", "reuse"]
 """What a run does when its output directory already holds another run's manifest or reports."""
 Summarise = Literal["at_end", "per_window", "off"]
 """When a run summarises reports on the nodes that hold them (``trainer.profiler.summarise``)."""
-Transfer = Literal["rename", "ray", "direct"]
-"""How a report reached output_dir."""
+Transfer = Literal["rename", "ray", "direct", "shared"]
+"""How a report reached output_dir: renamed on the controller's node, read over Ray from its
+node, written there by the tool, or renamed where it was because every node mounts output_dir
+(a shared file system: no byte travels)."""
 StartReply = Literal["started", "already-started", "not-planned", "finalized", "not-configured"]
 """A worker's answer to ``verlprof_start``."""
 StopOutcome = Literal["stopped", "not-started", "not-configured"]
@@ -162,6 +164,17 @@ class SessionStatus:
 
 
 @dataclass(frozen=True)
+class FileStamp:
+    """A report file as the node that wrote it sees it. On a file system every node mounts
+    (NFS, Lustre, GPFS...) the controller's node sees the same inode, size and modification
+    time at the same path, and takes the file where it is instead of reading it over Ray."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
 class WorkerReport:
     """A worker's account of one planned report, before collection moves the file."""
 
@@ -176,6 +189,8 @@ class WorkerReport:
     window_end_ns: Optional[int] = None
     where: ProcessIdentity = field(default_factory=lambda: ProcessIdentity(host="", pid=0))
     """The process that wrote it."""
+    stamp: Optional[FileStamp] = None
+    """The raw file as its node saw it when the report was described (None: not a file)."""
     notes: Tuple[str, ...] = ()
     """What the process has to say about the run, one line each (on its first report only):
     an annotated phase that ran in a profiled step without a window of its own."""

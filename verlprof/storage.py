@@ -1,4 +1,5 @@
-"""The output directory's file system: is it still writable, and room kept for the manifest.
+"""The output directory's file system: is it still writable, room kept for the manifest, and
+is it one file system on every node (then a report is renamed where it was written).
 
 A disk that fills during a run must not hang it: nsys cannot create its files, and a wait for a
 report that will never appear would last the whole finalize timeout. :func:`write_problem` tells
@@ -13,10 +14,12 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 from typing import Optional
 
 from verlprof.manifest import free_space
 from verlprof.paths import RESERVE_NAME, probe_path
+from verlprof.records import FileStamp
 
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less free space than this counts as full: no report fits any more."""
@@ -95,3 +98,22 @@ class SpaceReserve:
 
 __all__ = ["FULL_BELOW_BYTES", "RESERVE_NAME", "SpaceReserve", "reserve_bytes",
            "write_problem"]
+
+
+def stamp_of(path: str) -> Optional[FileStamp]:
+    """``path``'s stamp on this node; None when it is not a regular file here."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return FileStamp(inode=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def seen_here(path: str, stamp: Optional[FileStamp]) -> bool:
+    """True when this node sees at ``path`` the very file another node stamped: output_dir is
+    one file system on both. The nanosecond modification time with the inode tells it from a
+    same-named file on a node's own disk; a client's attribute cache that lags (NFS) only
+    sends the file the slow way, over Ray."""
+    return stamp is not None and stamp_of(path) == stamp

@@ -79,7 +79,9 @@ def test_reports_from_every_node_end_up_in_one_output_dir(two_nodes, tmp_path):
     for report in workers:
         expected_node = second if report["group"] == "critic" else head
         assert report["node_id"] == expected_node
-        assert report["transfer"] == ("ray" if expected_node == second else "rename")
+        # one machine: output_dir is one file system on both nodes, so the second node's
+        # reports are renamed where they are (the lost-node test below sends them over Ray)
+        assert report["transfer"] == ("shared" if expected_node == second else "rename")
         assert report["bytes"] == os.path.getsize(os.path.join(out, report["path"]))
     controller = [r["path"] for r in manifest["reports"] if r["group"] == "controller"]
     assert files_on_disk(out) == sorted(planned_files(plan, manifest) + controller)
@@ -134,7 +136,7 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
 def doomed(two_nodes):
     """A third node, joined for one test, which kills it."""
     node = RayStartNode(name="doomed", head_address=two_nodes.address, num_cpus=2,
-                        resources={"doomed_node": 100})
+                        resources={"doomed_node": 100}, own_mounts=True)
     try:
         yield node.wait_ready()
     finally:
@@ -142,8 +144,9 @@ def doomed(two_nodes):
 
 
 def test_a_lost_node_keeps_its_closed_windows(doomed, tmp_path):
-    """A third node joins; its critic ranks' reports of steps 1-2 are placed while the job
-    runs (torch writes each at close; they travel over Ray from that node). Its raylet and
+    """A third node joins, with a disk of its own (its ``.raw`` is not the others'); its
+    critic ranks' reports of steps 1-2 are placed while the job runs (torch writes each at
+    close; they travel over Ray from that node). Its raylet and
     worker processes are then killed during step 3 (as when the machine goes): steps 1-2 of
     that node stay ok and readable, its step 3 is missing naming the node, and every report
     of the other two nodes is ok. Last in this module: the cluster keeps two nodes after it."""
@@ -158,6 +161,7 @@ def test_a_lost_node_keeps_its_closed_windows(doomed, tmp_path):
 
     lost = wait_for_node("doomed_node")
     out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
+    doomed.hide(os.path.join(out, ".raw"))  # its reports are on its own disk, gone with it
     release = str(tmp_path / "node_gone")  # ends the stuck rank's sleep once the node is lost
     outcome: dict = {}
 

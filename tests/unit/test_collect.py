@@ -3,6 +3,7 @@ output_dir, or its manifest entry says why not; one bad report never loses the o
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -11,12 +12,14 @@ from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingC
 from verlprof.config.topology import Topology
 from verlprof.plan import build_plan
 from verlprof.records import ProcessIdentity, ReportIdentity, WorkerReport
+from verlprof.runtime import collect
 from verlprof.runtime.collect import (
     move_all,
     move_report,
     partial_reports,
     unreachable_reports,
 )
+from verlprof.storage import stamp_of
 
 HERE = ProcessIdentity(host="node-a", pid=4242)
 
@@ -52,6 +55,42 @@ def test_a_report_on_this_node_is_renamed_to_its_contract_path(tmp_path):
     assert (entry.host, entry.pid, entry.window_start_ns, entry.window_end_ns) == (
         "node-a", 4242, 10, 20)
     assert files(tmp_path) == [entry.path] and (tmp_path / entry.path).read_bytes() == b"report"
+
+
+ELSEWHERE = ProcessIdentity(host="node-b", pid=4242, node_id="node-b-id")
+
+
+def test_a_report_of_another_node_on_one_shared_file_system_is_renamed_where_it_is(tmp_path):
+    """The worker stamped its raw file and this node sees that very file: no byte travels."""
+    raw = raw_file(tmp_path)
+    report = dataclasses.replace(item(raw, where=ELSEWHERE), stamp=stamp_of(str(raw)))
+    entry = move_report(report, str(tmp_path), "node-a-id", None)  # no actor: Ray is not asked
+    assert (entry.status, entry.transfer, entry.bytes, entry.node_id) == (
+        "ok", "shared", 6, "node-b-id")
+    assert files(tmp_path) == [entry.path] and not raw.exists()
+
+
+@pytest.mark.parametrize("stamp", [None, "other file"])
+def test_a_report_of_another_node_not_seen_as_the_same_file_travels_over_ray(
+        tmp_path, monkeypatch, stamp):
+    """A same-named file here that is not the stamped one (a node's own disk), or no stamp:
+    read from the worker as before, and the file here is left alone."""
+    raw = raw_file(tmp_path)
+    theirs = None if stamp is None else dataclasses.replace(
+        stamp_of(str(raw)), mtime_ns=stamp_of(str(raw)).mtime_ns + 1)
+    asked = []
+
+    def reader(actor, path):  # the worker's chunked read (a Ray actor call in the product)
+        def read(offset):
+            asked.append((actor, path, offset))
+            return b"theirs"[offset:]
+        return read
+
+    monkeypatch.setattr(collect, "_actor_reader", reader)
+    entry = move_report(dataclasses.replace(item(raw, where=ELSEWHERE), stamp=theirs),
+                        str(tmp_path), "node-a-id", None)
+    assert (entry.status, entry.transfer) == ("ok", "ray") and asked[0] == (None, str(raw), 0)
+    assert (tmp_path / entry.path).read_bytes() == b"theirs" and raw.read_bytes() == b"report"
 
 
 def test_a_report_directory_is_copied_whole(tmp_path):

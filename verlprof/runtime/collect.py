@@ -3,7 +3,8 @@
 No shared filesystem is assumed. A report written on the controller's node is renamed in
 place; one written on another node is read from its worker over Ray in chunks, written under
 output_dir, checked for size, and only then deleted on the worker. Where output_dir is on a
-shared filesystem the result is the same: it ends up there.
+file system every node mounts, the controller sees the very file the worker stamped
+(:func:`verlprof.storage.seen_here`) and renames it where it is: no byte travels.
 
 A tool that writes when the process exits (rocprof-sys) has nothing to collect at finalize: its
 entries are written pending, and :func:`collect_at_exit`, run once the workers have exited
@@ -37,6 +38,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime.teardown import discard, exit_outputs_on_nodes, on_node, read_chunk
+from verlprof.storage import seen_here
 from verlprof.version import __version__
 
 CHUNK_BYTES = 8 << 20
@@ -63,6 +65,9 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                 else:
                     shutil.move(raw, target)
                 transfer = "rename"
+            elif seen_here(raw, item.stamp):  # output_dir is one file system on both nodes
+                shutil.move(raw, target)
+                transfer = "shared"
             else:
                 _fetch_over_ray(_actor_reader(actor, raw), target)
                 transfer = "ray"

@@ -16,6 +16,7 @@ from verlprof.manifest import ReportEntry
 from verlprof.records import STATUS_OK, Target, WorkerReport
 from verlprof.runtime.collect import fetch_from_node, report_target
 from verlprof.runtime.local_rpc import OnOwnThread
+from verlprof.storage import seen_here
 
 
 def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
@@ -30,7 +31,8 @@ def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optiona
     target = report_target(output_dir, relpath, False)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     local = not where.node_id or where.node_id == local_node
-    if local:
+    shared = not local and seen_here(raw, item.stamp)  # one file system on both nodes
+    if local or shared:
         if os.path.isdir(raw):
             return None
         _link(raw, target)
@@ -45,7 +47,7 @@ def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optiona
                           host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
                           reason=None, window_start_ns=item.window_start_ns,
                           window_end_ns=item.window_end_ns,
-                          transfer="rename" if local else "ray")
+                          transfer="rename" if local else "shared" if shared else "ray")
 
 
 def _link(raw: str, target: str) -> None:

@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence
 
 from verlprof.plan_model import ProcessPlan
 from verlprof.records import SessionStatus, StartReply, StopReply, WorkerReport
+from verlprof.storage import stamp_of
 from verlprof.worker import wall_clock
 from verlprof.worker.identity import process_identity
 from verlprof.worker.session import ProfileSession
@@ -108,9 +109,12 @@ class ProfilingWorkerMixin:
 
 
 def _signed(reports: List[WorkerReport]) -> List[WorkerReport]:
-    """``reports`` marked with the process that wrote them (the controller moves them)."""
+    """``reports`` marked with the process that wrote them and each raw file's stamp (the
+    controller moves them; a controller that sees the same file takes it where it is)."""
     where = process_identity()
-    return [dataclasses.replace(r, where=where) for r in reports]
+    return [dataclasses.replace(r, where=where,
+                                stamp=stamp_of(r.raw_path) if r.raw_path else None)
+            for r in reports]
 
 
 def _is_inside(path: str, root: str) -> bool:
