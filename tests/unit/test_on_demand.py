@@ -265,6 +265,39 @@ def test_requests_are_taken_at_the_next_boundary_and_land_in_the_manifest(tmp_pa
     assert any("ann@login1 asked for steps 2-3" in w for w in manifest.warnings)
 
 
+def test_a_capture_is_held_to_the_size_budget_and_refused_naming_the_key(tmp_path):
+    """Torch on CPU is estimated at 1 MiB per report and step (nothing measured yet): in a
+    1.5 MiB budget one step on one rank fits and is promised; two steps do not, nor does a
+    second step once the first is promised. Each refusal is one line naming the key."""
+    key = "trainer.profiler.max_total_bytes"
+    config = ProfilingConfig(tool="torch", output_dir=str(tmp_path),
+                             max_total_bytes=3 * (1 << 20) // 2,
+                             components=ComponentsConfig(actor=ComponentConfig(ranks=(0,))),
+                             on_demand=OnDemandConfig(enabled=True))
+    desk, rpc = Desk(TOKEN), Sent()
+    controller = ProfileController(build_plan(config, TOPO), rpc=rpc, echo=False,
+                                   preflight=False, handle_signals=False,
+                                   requests=LocalChannel(desk))
+    ranks = [Rank(r) for r in range(2)]
+    controller.register_group(GROUP, ranks)
+    for step, request in ((1, ask(steps="next:2", ranks=(1,), id="two")),
+                          (2, ask(steps="next:1", ranks=(1,), id="one")),
+                          (4, ask(steps="next:1", ranks=(0,), id="more"))):
+        assert desk.submit(request) == ""
+        with controller.step(step):
+            phases(ranks)
+    too_big, fits, over = (desk.decision(TOKEN, i) for i in ("two", "one", "more"))
+    assert not too_big.accepted and too_big.reason == (
+        f"{key}: 1.5 MiB budget: 0 bytes written or promised, these 2 report(s) would add "
+        "about 2.0 MiB (estimated); ask for fewer steps or ranks")
+    assert fits.accepted and fits.steps == (2,)
+    assert not over.accepted and over.reason.startswith(
+        f"{key}: 1.5 MiB budget: 1.0 MiB written or promised, these 1 report(s) would add "
+        "about 1.0 MiB")
+    assert [(e.rank, e.steps, e.status) for e in controller.finalize().reports] == [
+        (1, (2,), "ok")]
+
+
 def test_two_users_at_once_are_served_in_order(tmp_path):
     controller, ranks, _, desk = on_demand_controller(tmp_path)
     assert desk.submit(ask(id="a", requested_by="ann@h")) == ""

@@ -20,6 +20,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from verlprof import paths
 from verlprof.config.schema import TOOLS
 from verlprof.plan.build import capture_options, process_windows
+from verlprof.plan.size import REPORT_BYTES, traces_gpu
 from verlprof.plan.tool_launch import worker_launch
 from verlprof.plan_model import ProcessPlan, ProfilePlan
 from verlprof.records import CaptureDecision, CaptureRequest, Mode, Target
@@ -41,6 +42,9 @@ class Accepted:
     processes: Tuple[ProcessPlan, ...]
     """The full new plan of every asked process (its earlier windows, then the new ones)."""
     steps: Tuple[int, ...]
+    estimated_bytes: int = 0
+    """The new reports' size by the plan's table (:data:`verlprof.plan.size.REPORT_BYTES`),
+    for the size budget until the run has measured a report of its own."""
 
 
 def request_problem(request: Any, token: str) -> str:
@@ -154,9 +158,12 @@ def plan_request(plan: ProfilePlan, request: CaptureRequest, step: int,
     if problem:
         return problem
     targets: Tuple[Target, ...] = tuple((group.name, r) for r in request.ranks)
+    each = REPORT_BYTES[(tool, mode, traces_gpu(tool, config, inputs.topology))]
     return Accepted(decision=CaptureDecision(
         id=request.id, accepted=True, steps=steps, targets=targets, tool=tool,
-        reports=reports, at_step=step), processes=tuple(processes), steps=steps)
+        reports=reports, at_step=step), processes=tuple(processes), steps=steps,
+        estimated_bytes=each.bytes_per_step * sum(
+            len(w.steps) for p in processes for w in p.windows if w.report.requested_at == now))
 
 
 def _tool_problem(plan: ProfilePlan, tool: str, group: str, ranks: Sequence[int]) -> str:

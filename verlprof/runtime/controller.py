@@ -131,7 +131,8 @@ class ProfileController:
         unwrapped = self._controller.unwrapped_warning()
         if unwrapped is not None:
             self.context.warnings.append(unwrapped)
-        self._on_demand = request_windows.serve_requests(self.context, requests)  # off: no-op
+        self._on_demand = request_windows.serve_requests(  # off: a no-op
+            self.context, requests, self._output.budget)
         self._summaries = summarise.NodeSummaries(self.context, echo=echo)
         # closed windows' reports leave their node while the job runs
         self._placement = placement.Placement(self.context, targets=lambda: self.targets,

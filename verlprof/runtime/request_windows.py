@@ -27,6 +27,7 @@ from verlprof.records import CaptureDecision, CaptureRequest, JobProgress, Targe
 from verlprof.runtime.collect import move_all
 from verlprof.runtime.request_desk import Channel, Desk, LocalChannel, open_desk
 from verlprof.runtime.run_context import RunContext
+from verlprof.runtime.size_budget import SizeBudget
 from verlprof.worker.identity import node_id
 
 
@@ -56,9 +57,11 @@ class OnDemand:
     so finalize gathers their reports like planned ones.
     """
 
-    def __init__(self, run: RunContext, channel: Channel):
+    def __init__(self, run: RunContext, channel: Channel, budget: Optional[SizeBudget] = None):
         self.context = run
         self.channel = channel
+        self.budget = budget
+        """The run's size budget (``trainer.profiler.max_total_bytes``); None: not held to one."""
         self.added: List[Target] = []
         self.gathered: List[ReportEntry] = []
         """Entries of the on-demand reports gathered while the job ran (:meth:`_gather`)."""
@@ -124,6 +127,11 @@ class OnDemand:
         result = plan_request(run.plan, request, step, [n for _, n in self._hour], now)
         if isinstance(result, str):
             return _refused(request, result, step)
+        over = self.budget.request_problem(run.plan, result.estimated_bytes,
+                                           len(result.decision.reports), len(result.steps)) \
+            if self.budget is not None else None
+        if over:
+            return _refused(request, over, step)
         rpc = run.rpc
         for process in result.processes:
             target = (process.group, process.rank)
@@ -201,16 +209,17 @@ class OnDemand:
                 reports=self._closed_reports, ended=self._ended))
 
 
-def serve_requests(run: RunContext,
-                   channel: Optional[Channel] = None) -> Union[OnDemand, NoRequests]:
+def serve_requests(run: RunContext, channel: Optional[Channel] = None,
+                   budget: Optional[SizeBudget] = None) -> Union[OnDemand, NoRequests]:
     """The controller's on-demand side: a no-op unless ``trainer.profiler.on_demand.enabled``;
-    ``channel`` (tests) replaces the Ray desk."""
+    ``channel`` (tests) replaces the Ray desk; ``budget``: the run's size budget, which every
+    capture is held to."""
     plan = run.plan
     if not plan.on_demand.enabled:
         return NoRequests()
     if channel is None:
         channel = open_desk(plan.output_dir, run.run.run_id)
-    return OnDemand(run, channel)
+    return OnDemand(run, channel, budget)
 
 
 def _refused(request: CaptureRequest, reason: str, step: int) -> CaptureDecision:

@@ -14,6 +14,10 @@ folders; an earlier run kept beside them is not counted) and what the next windo
 The first window that would not fit, and every window after it, stays closed: one warning
 naming the key and those windows, and their reports are listed ``skipped`` with the reason.
 rocprof-sys writes at process exit, so its windows are always counted at the estimate.
+
+A capture asked of the running job (``verlprof capture``) is held to the same budget by
+:meth:`SizeBudget.request_problem`: refused in one line naming the key when its reports would
+not fit; once accepted, its bytes count as spent before they are written.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging
 import os
 import sys
 import time
-from typing import Callable, List, Sequence, Set, Tuple
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 from verlprof import paths
 from verlprof.config.size_budget import human_bytes
@@ -85,6 +89,8 @@ class SizeBudget:
         """Windows kept closed by the budget."""
         self.reason = ""
         """Why they were: one phrase naming the key, for their manifest entries."""
+        self.promised = 0
+        """Bytes of the captures accepted on demand (counted as spent from acceptance on)."""
         self._since = time.time() - 2.0  # a file system's mtime may round down
         self._before = measure(self.output_dir, self._since).bytes if self.limit else 0
 
@@ -96,14 +102,38 @@ class SizeBudget:
             self.skipped.add(window)
             return False
         usage = measure(self.output_dir, self._since)
-        spent = max(usage.bytes - self._before,
-                    sum(self._cost(plan, w, usage) for w in self.closed))
+        spent = self._spent(plan, usage)
         needed = self._cost(plan, window, usage)
         if spent + needed <= self.limit:
             self.closed.append(window)
             return True
         self._stop(plan, window, spent, needed, usage)
         return False
+
+    def request_problem(self, plan: ProfilePlan, estimated_bytes: int, reports: int,
+                        steps: int) -> Optional[str]:
+        """None when a capture of ``reports`` reports over ``steps`` steps fits in what is left
+        (its bytes are then promised), else the one line that refuses it."""
+        if self.limit is None:
+            return None
+        usage = measure(self.output_dir, self._since)
+        spent = self._spent(plan, usage)
+        measured = bool(usage.largest_report and self.closed)
+        needed = int(usage.largest_report / min(len(w) for w in self.closed) * steps * reports) \
+            if measured and plan.tool != "rocprof_sys" else estimated_bytes
+        if self.skipped or spent + needed > self.limit:
+            return (f"{self.key}: {human_bytes(self.limit)} budget: {human_bytes(spent)} "
+                    f"written or promised, these {reports} report(s) would add about "
+                    f"{human_bytes(needed)} ({'measured' if measured else 'estimated'}); ask "
+                    "for fewer steps or ranks")
+        self.promised += needed
+        return None
+
+    def _spent(self, plan: ProfilePlan, usage: Usage) -> int:
+        """This run's bytes: on disk now, or the closed windows at the measured rate plus the
+        captures promised, whichever is more (reports on other nodes are not on this disk)."""
+        return max(usage.bytes - self._before,
+                   sum(self._cost(plan, w, usage) for w in self.closed) + self.promised)
 
     def _cost(self, plan: ProfilePlan, window: StepWindow, usage: Usage) -> int:
         """Bytes ``window`` takes: measured when a report was written, else the estimate."""
