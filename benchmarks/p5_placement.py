@@ -75,11 +75,11 @@ def run_loop(plan_dict: Dict[str, Any], placing: bool) -> Dict[str, Any]:
     """The trainer loop inside the controller's process: each step's wall time, how many
     reports were placed while it ran, and the final manifest's statuses."""
     import ray
-    from verlprof.runtime.launch import worker_options
 
     from verlprof.plan import ProfilePlan
     from verlprof.runtime import placement
     from verlprof.runtime.controller import ProfileController
+    from verlprof.runtime.ray_options import worker_options
 
     plan = ProfilePlan.from_dict(plan_dict)
     controller = ProfileController(plan, echo=False, preflight="quick")
@@ -113,7 +113,8 @@ def run_loop(plan_dict: Dict[str, Any], placing: bool) -> Dict[str, Any]:
 
 def run(log=print) -> List[Result]:
     import ray
-    from verlprof.runtime.launch import controller_options
+
+    from verlprof.runtime.ray_options import controller_options
 
     work = tempfile.mkdtemp(prefix="verlprof-bench-p5p-")
     got: Dict[bool, List[Dict[str, Any]]] = {False: [], True: []}
