@@ -77,14 +77,12 @@ def run_loop(plan_dict: Dict[str, Any], placing: bool) -> Dict[str, Any]:
     import ray
 
     from verlprof.plan import ProfilePlan
-    from verlprof.runtime import placement
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.ray_options import worker_options
 
     plan = ProfilePlan.from_dict(plan_dict)
     controller = ProfileController(plan, echo=False, preflight="quick")
-    if not placing:  # this controller only (Ray reuses the task's process for the next run)
-        controller._placement = placement.Placement(controller)
+    if not placing:  # this controller's placer only (Ray reuses the task's process)
         controller._placement.opened = lambda *a, **k: None  # type: ignore[method-assign]
         controller._placement.closed = lambda *a, **k: None  # type: ignore[method-assign]
     cls = ray.remote(num_cpus=0)(PlacedWorker)
