@@ -96,7 +96,11 @@ class RayStartNode:
         # A worker whose nsys dies at start-up ("Connection to the Agent lost", seen under
         # many concurrent nsys sessions on one machine) is restarted by Ray only after
         # worker_register_timeout_seconds (60 by default): 30 keeps such a retry cheaper.
-        env = dict(os.environ, RAY_AUTH_MODE="disabled",
+        # The auth mode of this test process: a local ray.init() earlier in the session turns
+        # token auth on in it for good (the token in ~/.ray), and a token-mode driver cannot
+        # join a cluster started without it; a process that never started Ray joins one
+        # started with auth disabled.
+        env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
                    RAY_worker_register_timeout_seconds="30")
         env.pop("RAY_ADDRESS", None)
         where = [f"--port={self.port}", "--include-dashboard=false"] if self.is_head else \
