@@ -59,18 +59,13 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
         try:
             target = report_target(output_dir, relpath, os.path.isdir(raw))
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            if not where.node_id or where.node_id == local_node_id:
-                if os.path.isdir(raw):
-                    shutil.copytree(raw, target, dirs_exist_ok=True)
-                else:
-                    shutil.move(raw, target)
-                transfer = "rename"
-            elif seen_here(raw, item.stamp):  # output_dir is one file system on both nodes
+            transfer = how_it_travels(item, local_node_id)
+            if transfer == "rename" and os.path.isdir(raw):
+                shutil.copytree(raw, target, dirs_exist_ok=True)
+            elif transfer != "ray":
                 shutil.move(raw, target)
-                transfer = "shared"
             else:
                 _fetch_over_ray(_actor_reader(actor, raw), target)
-                transfer = "ray"
             size = _size(target)
             if size == 0 or (item.bytes and size != item.bytes):
                 status, reason = STATUS_INCOMPLETE, f"{size} of {item.bytes} bytes arrived"
@@ -82,6 +77,16 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                           host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
                           reason=reason, window_start_ns=item.window_start_ns,
                           window_end_ns=item.window_end_ns, transfer=transfer)
+
+
+def how_it_travels(item: WorkerReport, local_node_id: str) -> Transfer:
+    """How ``item``'s raw file reaches output_dir from here: ``rename`` when this node wrote it,
+    ``shared`` when this node sees the very file another node stamped (one file system on
+    both), else ``ray`` (read from that node)."""
+    node = item.where.node_id
+    if not node or node == local_node_id:
+        return "rename"
+    return "shared" if item.raw_path and seen_here(item.raw_path, item.stamp) else "ray"
 
 
 def report_target(output_dir: str, relpath: str, is_dir: bool) -> str:

@@ -346,7 +346,7 @@ class Placement:
         """The raw file of a report placed early, now that finalize has its entry."""
         if not raw:
             return
-        if not entry.node_id or entry.node_id == self._local or entry.transfer == "shared":
+        if entry.transfer != "ray":  # on this node's disk: its own, or one every node mounts
             target = os.path.join(self.context.plan.output_dir, entry.path)
             with contextlib.suppress(OSError):
                 if os.path.abspath(raw) != os.path.abspath(target):

@@ -14,9 +14,8 @@ from typing import Any, Dict, List, Optional, Set
 from verlprof import paths
 from verlprof.manifest import ReportEntry
 from verlprof.records import STATUS_OK, Target, WorkerReport
-from verlprof.runtime.collect import fetch_from_node, report_target
+from verlprof.runtime.collect import fetch_from_node, how_it_travels, report_target
 from verlprof.runtime.local_rpc import OnOwnThread
-from verlprof.storage import seen_here
 
 
 def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
@@ -30,9 +29,8 @@ def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optiona
         if where.host and where.pid else item.report.path
     target = report_target(output_dir, relpath, False)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    local = not where.node_id or where.node_id == local_node
-    shared = not local and seen_here(raw, item.stamp)  # one file system on both nodes
-    if local or shared:
+    transfer = how_it_travels(item, local_node)
+    if transfer != "ray":
         if os.path.isdir(raw):
             return None
         _link(raw, target)
@@ -47,7 +45,7 @@ def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optiona
                           host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
                           reason=None, window_start_ns=item.window_start_ns,
                           window_end_ns=item.window_end_ns,
-                          transfer="rename" if local else "shared" if shared else "ray")
+                          transfer=transfer)
 
 
 def _link(raw: str, target: str) -> None:

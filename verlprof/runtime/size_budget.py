@@ -118,9 +118,9 @@ class SizeBudget:
             return None
         usage = measure(self.output_dir, self._since)
         spent = self._spent(plan, usage)
-        measured = bool(usage.largest_report and self.closed)
-        needed = int(usage.largest_report / min(len(w) for w in self.closed) * steps * reports) \
-            if measured and plan.tool != "rocprof_sys" else estimated_bytes
+        rate = self._measured_rate(plan, usage)
+        measured = rate is not None
+        needed = int(rate * steps * reports) if rate is not None else estimated_bytes
         if self.skipped or spent + needed > self.limit:
             return (f"{self.key}: {human_bytes(self.limit)} budget: {human_bytes(spent)} "
                     f"written or promised, these {reports} report(s) would add about "
@@ -140,10 +140,15 @@ class SizeBudget:
         index = plan.step_windows.index(window) if window in plan.step_windows else -1
         estimate = plan.size.window_bytes[index] if 0 <= index < len(plan.size.window_bytes) \
             else 0
+        rate = self._measured_rate(plan, usage)
+        return estimate if rate is None else int(rate * len(window) * reports_of(plan, window))
+
+    def _measured_rate(self, plan: ProfilePlan, usage: Usage) -> Optional[float]:
+        """Bytes of one report per step, from the largest report written over the shortest
+        window closed; None before any (and for rocprof-sys, which writes at exit)."""
         if not usage.largest_report or not self.closed or plan.tool == "rocprof_sys":
-            return estimate
-        per_step = usage.largest_report / min(len(w) for w in self.closed)
-        return int(per_step * len(window) * reports_of(plan, window))
+            return None
+        return usage.largest_report / min(len(w) for w in self.closed)
 
     def _stop(self, plan: ProfilePlan, window: StepWindow, spent: int, needed: int,
               usage: Usage) -> None:
