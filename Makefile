@@ -56,7 +56,7 @@ integration: install-test nsys chromium node
 	$(BIN)/pytest -q -m integration
 
 test: install-test nsys chromium node lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 demo: install nsys
 	$(BIN)/verlprof demo --config trainer_configs/ppo_trainer.yaml

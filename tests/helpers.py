@@ -10,7 +10,21 @@ from typing import Any, Iterator, Sequence
 import pytest
 
 SESSION_ENV = "VERLPROF_TEST_SESSION"
-SESSION = os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex)
+
+
+def _session() -> str:
+    """This test process's session, inherited by whatever it starts. Each pytest-xdist
+    worker (``PYTEST_XDIST_WORKER``: ``make test`` runs two) is a session of its own, named
+    by its worker id first (``RayStartNode`` names its temp dir by the first characters):
+    side by side on one machine, each judges only what it started."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    session = os.environ.get(SESSION_ENV, "")
+    if not session.startswith(worker) or not session:
+        session = os.environ[SESSION_ENV] = f"{worker}{uuid.uuid4().hex}"
+    return session
+
+
+SESSION = _session()
 """Inherited by every process this test session starts (Ray's, nsys', their agents): what
 this session leaves behind is told apart from other sessions' on a shared machine."""
 

@@ -56,9 +56,8 @@ def section_blocks(path: str, heading: str) -> Tuple[List[Block], str]:
 
 @pytest.fixture(scope="module")
 def ray_address():
-    """A Ray head for the demo, in its own process: a ``ray.init`` in this test process would
-    leave its auth mode (token) in the process for good, and the fault suite's head, which
-    comes next, refuses it (its actors are cancelled before they run)."""
+    """A Ray head for the demo, in its own process (``ray start``), which every command of the
+    walkthrough joins: no cluster of this test process outlives the module."""
     from tests.faults.harness import RayHead
 
     head = RayHead()

@@ -1,8 +1,8 @@
 """Fixtures of the fault suite: one Ray head for the suite (package scope: it ends with the
 fault suite, not with the test session, whose other tiers start clusters of their own), one
 connection per module, and a check at the end of each module that no ``nsys --start-agent``
-(or ``nsys profile``) this suite started is left behind. The terminal summary says what the
-suite proved."""
+(or ``nsys profile``) this suite started is left behind. The terminal summary saying what the
+suite proved is tests/conftest.py's (it sums the counts of pytest-xdist's workers)."""
 
 from __future__ import annotations
 
@@ -43,28 +43,3 @@ def no_leftovers():
     """For modules that start nsys without Ray: the same end-of-module check."""
     yield
     harness.assert_no_leftovers()
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    def ours(report) -> bool:
-        return report.nodeid.replace("\\", "/").startswith("tests/faults/") and (
-            report.when == "call" or report.outcome != "passed")
-
-    outcomes = {}
-    for outcome in ("passed", "failed", "error", "skipped"):
-        outcomes[outcome] = sum(1 for r in terminalreporter.stats.get(outcome, []) if ours(r))
-    cases = sum(outcomes.values())
-    if not cases:
-        return
-    counts = harness.COUNTS
-    terminalreporter.write_sep("-", "fault suite")
-    terminalreporter.write_line(
-        f"faults: {cases} cases ({outcomes['passed']} passed, {outcomes['failed']} failed, "
-        f"{outcomes['error']} errors, {outcomes['skipped']} skipped), "
-        f"{counts['demo_runs']} demo runs, {counts['light_runs']} light runs, "
-        f"{counts['reports_checked']} reports checked, "
-        f"{counts['property_examples']} property examples")
-    if counts["teardown_runs"]:
-        terminalreporter.write_line(
-            f"faults: teardown {counts['teardown_runs']} consecutive runs with ray.shutdown(), "
-            f"0 reports lost, {counts['teardown_s'] / counts['teardown_runs']:.1f}s per run")

@@ -65,6 +65,10 @@ def render_plan(plan: ProfilePlan, console: Optional[Console] = None) -> None:
             console.print(_text(line), soft_wrap=True)
         console.print(_ranks_table(plan))
         _print_commands(plan, console)
+        # the heading on a line of its own: a table title wraps a long output_dir to the
+        # table's width, and a path cut in two cannot be copied
+        console.print(_text(f"Reports that will appear under {plan.output_dir}"),
+                      soft_wrap=True)
         console.print(_files_table(plan))
     elif plan.on_demand.nsys_ranks:  # armed ranks, nothing planned: their launch commands
         _print_commands(plan, console)
@@ -204,8 +208,7 @@ def _command(argv, env) -> str:
 
 
 def _files_table(plan: ProfilePlan) -> Table:
-    table = Table(title=_text(f"Reports that will appear under {plan.output_dir}"),
-                  title_justify="left")
+    table = Table()
     table.add_column("step(s)")
     table.add_column("file")
     for report in sorted(plan.reports, key=lambda r: (r.steps, r.group, r.rank, r.path)):
