@@ -34,7 +34,7 @@ SIZES = {
                  p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=6, p3_block=12,
                  p3_together=36,
                  p4_rounds=3, scale_rounds=3, replica_rounds=4, replica_block=8,
-                 replica_together=16),
+                 replica_together=10),
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5,
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
                   p3_together=8,
@@ -260,10 +260,10 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
 
         quick = args.quick
         results += guarded("on-demand idle", lambda: [on_demand.run_idle(
-            rounds=2 if quick else 6, steps=60 if quick else 300, warmup=10 if quick else 30,
+            rounds=2 if quick else 4, steps=60 if quick else 300, warmup=10 if quick else 30,
             log=log)])
         results += guarded("on-demand serving", lambda: on_demand.run_serving(
-            blocks=2 if quick else 8, block_s=2.0 if quick else 6.0, probes=2 if quick else 6,
+            blocks=2 if quick else 8, block_s=2.0 if quick else 4.5, probes=2 if quick else 6,
             log=log))
     if "gpu" in only:  # issue 38: a CUDA training loop under nsys and the torch profiler
         from benchmarks import gpu

@@ -101,6 +101,12 @@ def run(blocks: int = 6, block: int = 12, settle: int = 3, together: int = 36,
                     one_step(on)
                 kept[on].append(list(range(done[on] - block + settle + 1, done[on] + 1)))
         first_together = done[True] + 1
+        who = {on: {(p["group"], p["rank"]): p for p in t.worker_identities()}
+               for on, t in trainers.items()}
+        # what rank 1's process uses per second with no call to serve (Ray's own threads), each
+        # side: per step it accrues over the step's wall time, longer in ON steps
+        idle = dict(zip((True, False), idle_cpu_rates(
+            [trainers[on].groups[GROUP][MEASURED_RANK] for on in (True, False)])))
         with ThreadPoolExecutor(1, thread_name_prefix="p3-together") as pool:
             for i in range(together):  # who starts first takes turns: both rank 1s share a core
                 first = pool.submit(one_step, i % 2 == 0)
@@ -108,8 +114,6 @@ def run(blocks: int = 6, block: int = 12, settle: int = 3, together: int = 36,
                 first.result(timeout=deadline_s(120))
         manifest = trainers[True].controller.finalize()
         trainers[False].controller.finalize()
-        who = {on: {(p["group"], p["rank"]): p for p in t.worker_identities()}
-               for on, t in trainers.items()}
     finally:
         for trainer in trainers.values():
             trainer.shutdown_workers()
@@ -128,6 +132,7 @@ def run(blocks: int = 6, block: int = 12, settle: int = 3, together: int = 36,
                f"{median(flat[True]['wall']) / median(flat[False]['wall']):.3f}x (contention "
                "from the neighbour's nsys included; per block "
                + ", ".join(f"{r:.2f}" for r in block_ratios(wall[True], wall[False])) + ")",
+               _background(rows, kept, idle),
                f"selected rank 0 (context, pinned to the other core): on "
                f"{median(rank0[True]) / 1e6:.2f} ms, off {median(rank0[False]) / 1e6:.2f} ms",
                f"ON trainer wrote {ok}/{len(manifest.reports)} reports ok; {blocks} blocks of "
@@ -157,6 +162,49 @@ def _together(rows: Dict[bool, List[tuple]], first: int, chunk: int) -> Result:
                            f"{median(cpu[False]) / 1e6:.2f} ms",
                            f"{len(steps)} steps side by side, one sample per {chunk}"],
                   samples=samples)
+
+
+def _process_cpu_ns(_actor: Any) -> int:
+    """In the actor's process: its CPU time so far, every thread (ended ones too)."""
+    import time
+
+    return time.process_time_ns()
+
+
+def idle_cpu_rates(actors: Sequence[Any], seconds: float = 3.0) -> List[float]:
+    """Share of a core each actor's process uses while nobody calls it (Ray's own threads:
+    heartbeats, metrics, polling), over the same ``seconds`` for all (two calls each, the
+    reading's own cost: well under 0.1% of the span)."""
+    import time
+
+    import ray
+
+    def now() -> List[int]:
+        return ray.get([a.__ray_call__.remote(_process_cpu_ns) for a in actors], timeout=60)
+
+    before, t0 = now(), time.perf_counter_ns()
+    time.sleep(seconds)
+    after, t1 = now(), time.perf_counter_ns()
+    return [(a - b) / (t1 - t0) for a, b in zip(after, before)]
+
+
+def _background(rows: Dict[bool, List[tuple]], kept: Dict[bool, List[List[int]]],
+                idle: Dict[bool, float]) -> str:
+    """Why rank 1's CPU per step can differ with no verlprof code in it: Ray's own threads use
+    ``idle`` of a core whatever the process does, and so accrue more per step in the longer ON
+    steps (its neighbours under nsys). The same comparison net of that, each side at OFF's
+    rate (a thread verlprof added to the process would stay in ON's figure)."""
+    cycle = {on: median(sum([_deltas(rows[on], b, 3) for b in kept[on]], [])) for on in rows}
+    net = {on: [median([c - idle[False] * w for c, w in zip(_deltas(rows[on], b, 2),
+                                                              _deltas(rows[on], b, 3))])
+                for b in kept[on]] for on in rows}
+    per_block = [a / b for a, b in zip(net[True], net[False]) if b]
+    return (f"Ray's threads in rank 1 while idle: on {idle[True] * 100:.2f}%, off "
+            f"{idle[False] * 100:.2f}% of a core; over a step of {cycle[True] / 1e6:.0f} ms (on) "
+            f"and {cycle[False] / 1e6:.0f} ms (off) that is {idle[False] * cycle[True] / 1e6:.2f} "
+            f"and {idle[False] * cycle[False] / 1e6:.2f} ms; CPU per step net of it, on vs off: "
+            f"{median(per_block):.3f}x (per block "
+            + ", ".join(f"{r:.2f}" for r in per_block) + ")")
 
 
 def _deltas(rows: List[tuple], steps: List[int], column: int) -> List[float]:

@@ -92,6 +92,10 @@ def _p5(got: Dict[str, Any], floor: Dict[str, float], profiled: List[int],
                                         unprofiled))
 
 
+def _per_engine_ms(process: List[float], engine: List[float]) -> float:
+    return median([p / e for p, e in zip(process, engine) if e])
+
+
 def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -> Result:
     """Judged on the unselected replica's whole-process CPU time per step (profiled steps vs
     every OFF step); its generate time (wall) and its engine thread's CPU time beside it.
@@ -123,7 +127,13 @@ def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -
                f"{median(on_all) / median(off):.3f}x",
                f"CPU time of replica 1's engine thread in the same steps: on "
                f"{median(cpu_on) * 1e3:.2f} ms, off {median(cpu_off) * 1e3:.2f} ms = "
-               f"{median(cpu_on) / median(cpu_off):.3f}x",
+               f"{median(cpu_on) / median(cpu_off):.3f}x (the same requests: how much "
+               "slower the core ran its work)",
+               # the engine thread is the stand-in engine's, which verlprof never touches: its
+               # CPU for the same work gauges the core's speed at those moments
+               f"process CPU per ms of the engine thread's, on vs off: "
+               f"{_per_engine_ms(pcpu_on, cpu_on) / _per_engine_ms(pcpu_off, cpu_off):.3f}x "
+               "(what the process did beyond its work, at the speed the core ran)",
                f"selected replica 0 (context, the other core): on {selected['on'] * 1e3:.2f} "
                f"ms, off {selected['off'] * 1e3:.2f} ms"]
     edges = [times["edges"][str(s)] for s in profiled if str(s) in times.get("edges", {})]

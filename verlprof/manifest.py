@@ -227,22 +227,35 @@ class Manifest:
 
 def write_manifest(manifest: Manifest, output_dir: str) -> str:
     """The one writer of ``manifest.json``, atomic: a reader never sees half a manifest. A
-    running manifest is rewritten as windows close, so it is one line (json's C encoder; an
-    indent runs the Python one, seconds for 25,000 entries); the final one is indented for
-    people."""
+    running manifest is rewritten as windows close, so it is one line; the final one is laid
+    out for people, one report per line. Both by json's C encoder: an ``indent`` runs the
+    Python one, 3.6 of the 4.8 s that finalize took for the 24,576 entries of 8,192 ranks."""
     return write_json_atomically(output_dir, paths.MANIFEST_NAME, manifest.to_dict(),
-                                 indent=None if manifest.running else 2)
+                                 for_people=not manifest.running)
 
 
-def write_json_atomically(folder: str, name: str, data: Any,
-                          indent: Optional[int] = None) -> str:
-    """``data`` as ``folder/name``, through a temporary file renamed over it."""
+def laid_out_for_people(data: Dict[str, Any]) -> str:
+    """``data`` as JSON, one top-level key per line and a list of records one record per line
+    (each piece written by json's C encoder)."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            records = ",\n    ".join(json.dumps(v) for v in value)
+            lines.append(f"  {json.dumps(key)}: [\n    {records}\n  ]")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def write_json_atomically(folder: str, name: str, data: Any, for_people: bool = False) -> str:
+    """``data`` as ``folder/name`` (one line, or laid out by :func:`laid_out_for_people`),
+    through a temporary file renamed over it."""
     os.makedirs(folder, exist_ok=True)
     target = os.path.join(folder, name)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=indent) + "\n")
+            handle.write((laid_out_for_people(data) if for_people else json.dumps(data)) + "\n")
         os.replace(tmp, target)
     except BaseException:
         # A full disk fails the write or the close: the temporary file must not stay behind

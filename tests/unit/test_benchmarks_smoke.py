@@ -127,6 +127,17 @@ def test_p3_cpu_per_step_and_the_side_by_side_row():
     assert "same neighbours" in row.metric and row.goal == p3_unselected.GOAL
 
 
+def test_p3_explains_cpu_per_step_by_rays_idle_threads_over_longer_steps():
+    # ON steps twice as long (clock column), same work: 10 ms a step more CPU in ON, all of it
+    # Ray's idle 1% of a core over the 1,000 ms longer step
+    rows = {on: [(0, 0, s * (30_000_000 if on else 20_000_000), s * (2e9 if on else 1e9))
+                 for s in range(1, 10)] for on in (True, False)}
+    line = p3_unselected._background(rows, {on: [[2, 3, 4], [6, 7, 8]] for on in rows},
+                                     {True: 0.01, False: 0.01})
+    assert "on 1.00%, off 1.00% of a core" in line and "2000 ms (on) and 1000 ms (off)" in line
+    assert "20.00 and 10.00 ms" in line and "net of it, on vs off: 1.000x" in line
+
+
 def test_demo_run_overrides_leave_rank1_unselected():
     from verlprof.demo.run import plan_demo
 
@@ -211,6 +222,30 @@ def test_controller_scale_child_at_tiny_size():
     got = controller_scale.child(16)
     assert got["ranks"] == 16 and got["manifest_entries"] == 16 * controller_scale.STEPS
     assert got["whole_step_s"] > 0 and got["discrete_step_s"] > 0 and got["peak_rss_mb"] > 0
+    assert got["finalize_s"] > 0 and got["reload_s"] > 0 and got["manifest_bytes"] > 0
+
+
+def test_controller_scale_judges_finalize_on_its_growth(monkeypatch):
+    from benchmarks import controller_scale
+
+    def child(n: int, finalize: bool = True) -> dict:
+        got = {"ranks": n, "whole_step_s": n * 1e-6, "discrete_step_s": n * 2e-6,
+               "whole_wall_s": 1.0, "discrete_wall_s": 1.0, "peak_rss_mb": 10.0}
+        if finalize:
+            got.update(finalize_s=n * 1e-3, manifest_bytes=n * 100, reload_s=n * 1e-4,
+                       manifest_entries=3 * n)
+        return got
+
+    monkeypatch.setattr(controller_scale, "run_child", child)
+    monkeypatch.setattr(controller_scale, "bare_ray_call_s", lambda: 1e-3)
+    monkeypatch.setattr(controller_scale, "plan_costs_in_child", lambda: None)
+    monkeypatch.setattr(controller_scale, "plan_row", lambda _: common.Result("plan", 1.0, 8.8))
+    monkeypatch.setattr(controller_scale, "plan_memory", lambda _: 1.0)
+    rows = {r.metric.split(",")[0]: r for r in controller_scale.run(log=lambda _: None)}
+    small, large = controller_scale.SIZES
+    row = rows["finalize + manifest.json"]
+    assert row.ratio == pytest.approx(large / small) and row.verdict == "INFO"
+    assert f"({3 * large:,} / {3 * small:,} entries)" in row.metric
 
 
 def test_on_demand_launches_the_armed_plan_and_serves_at_tiny_size(tmp_path):
@@ -255,6 +290,8 @@ def test_replicas_rows_from_a_run():
     # judged on the process's CPU time (1.05x), its wall time (1.2x) beside it
     assert p3.ratio == pytest.approx(1.05) and p3.verdict == "MISS" and p3.goal == 1.03
     assert "= 1.200x" in p3.details[2] and p3.samples == [pytest.approx(1.05)] * 2
+    # the engine thread's CPU, the same on both sides: the process did 5% more beyond it
+    assert "engine thread's, on vs off: 1.050x" in p3.details[4]
     both = replicas._together(got, steps, block)
     assert both.ratio == pytest.approx(1.1) and both.verdict == "MISS"
     assert "same neighbours" in both.metric and len(both.samples) == 2

@@ -271,3 +271,25 @@ def test_torch_traces_of_the_dead_are_whole_where_written(tmp_path):
     assert placed == {w.report.path: ("ok", str(raw / os.path.basename(
         w.report.path.replace("{host}", "node-a").replace("{pid}", "4242")))) for w in written}
     assert len(reports) == len(process.windows) > 2
+
+
+def test_the_final_manifest_reads_back_whole_with_one_report_per_line(tmp_path):
+    """The final manifest is laid out for people by json's C encoder (one report per line),
+    the running one is one line; both read back as the manifest written."""
+    import json
+
+    from verlprof.manifest import Manifest, read_manifest, write_manifest
+
+    entries = tuple(move_report(item(None, status="missing", rank=r), str(tmp_path), "", None)
+                    for r in range(3))
+    final = Manifest(tool="nsys", output_dir=str(tmp_path), step_windows=((1,),),
+                     reports=entries, warnings=('a warning, with "quotes"',))
+    path = write_manifest(final, str(tmp_path))
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    assert read_manifest(str(tmp_path)) == final
+    assert json.loads("\n".join(lines)) == json.loads(json.dumps(final.to_dict()))
+    assert sum(1 for line in lines if line.lstrip().startswith('{"')) == len(entries)
+    write_manifest(dataclasses.replace(final, running=True), str(tmp_path))
+    with open(path, encoding="utf-8") as handle:
+        assert len(handle.read().splitlines()) == 1

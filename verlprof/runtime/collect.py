@@ -103,11 +103,19 @@ def report_target(output_dir: str, relpath: str, is_dir: bool) -> str:
 
 def move_all(items: List[WorkerReport], actors: Dict[Target, Any], output_dir: str,
              local_node_id: str) -> List[ReportEntry]:
-    """:func:`move_report` for every item, a few at a time (transfers overlap)."""
+    """:func:`move_report` for every item, in order. Those read from another node over Ray go a
+    few at a time (their transfers overlap); the rest (a rename, a report that never came) in
+    this thread: a pool task each cost more than the move itself (2 of the 4 s that finalize
+    took for the 24,576 entries of 8,192 ranks)."""
+    def move(item: WorkerReport) -> ReportEntry:
+        return move_report(item, output_dir, local_node_id,
+                           actors.get((item.report.group, item.report.rank)))
+
+    remote = [i for i, item in enumerate(items) if item.status != STATUS_MISSING
+              and item.raw_path and how_it_travels(item, local_node_id) == "ray"]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(
-            lambda it: move_report(it, output_dir, local_node_id,
-                                   actors.get((it.report.group, it.report.rank))), items))
+        fetched = dict(zip(remote, pool.map(move, [items[i] for i in remote])))
+    return [fetched[i] if i in fetched else move(item) for i, item in enumerate(items)]
 
 
 def unreachable_reports(process: ProcessPlan, where: ProcessIdentity, reason: str,
