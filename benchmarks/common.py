@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK_DIR = os.path.join(ROOT, "benchmarks", ".work")
@@ -113,6 +113,27 @@ def block_ratios(top: Sequence[Sequence[float]], bottom: Sequence[Sequence[float
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def process_cpu_s(_actor: Any) -> float:
+    """Run in an actor's process (``actor.__ray_call__``): the CPU seconds that process has
+    used so far, every thread of it (Ray's, the engine's, verlprof's if it had any there)."""
+    return time.process_time()
+
+
+def idle_cpu_rates(actors: Sequence[Any], seconds: float = 3.0) -> List[float]:
+    """Share of a core each actor's process uses while nobody calls it (Ray's own threads:
+    heartbeats, metrics, polling), over the same ``seconds`` for all (two calls each, the
+    reading's own cost: well under 0.1% of the span)."""
+    import ray
+
+    def now() -> List[float]:
+        return ray.get([a.__ray_call__.remote(process_cpu_s) for a in actors], timeout=60)
+
+    before, t0 = now(), time.perf_counter()
+    time.sleep(seconds)
+    after, t1 = now(), time.perf_counter()
+    return [(a - b) / (t1 - t0) for a, b in zip(after, before)]
 
 
 def peak_rss_kib() -> int:

@@ -34,6 +34,7 @@ from benchmarks.common import (
     WORK_DIR,
     Result,
     block_ratios,
+    idle_cpu_rates,
     median,
     run_standalone,
     spread,
@@ -162,30 +163,6 @@ def _together(rows: Dict[bool, List[tuple]], first: int, chunk: int) -> Result:
                            f"{median(cpu[False]) / 1e6:.2f} ms",
                            f"{len(steps)} steps side by side, one sample per {chunk}"],
                   samples=samples)
-
-
-def _process_cpu_ns(_actor: Any) -> int:
-    """In the actor's process: its CPU time so far, every thread (ended ones too)."""
-    import time
-
-    return time.process_time_ns()
-
-
-def idle_cpu_rates(actors: Sequence[Any], seconds: float = 3.0) -> List[float]:
-    """Share of a core each actor's process uses while nobody calls it (Ray's own threads:
-    heartbeats, metrics, polling), over the same ``seconds`` for all (two calls each, the
-    reading's own cost: well under 0.1% of the span)."""
-    import time
-
-    import ray
-
-    def now() -> List[int]:
-        return ray.get([a.__ray_call__.remote(_process_cpu_ns) for a in actors], timeout=60)
-
-    before, t0 = now(), time.perf_counter_ns()
-    time.sleep(seconds)
-    after, t1 = now(), time.perf_counter_ns()
-    return [(a - b) / (t1 - t0) for a, b in zip(after, before)]
 
 
 def _background(rows: Dict[bool, List[tuple]], kept: Dict[bool, List[List[int]]],

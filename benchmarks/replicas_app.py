@@ -33,6 +33,8 @@ import sys
 import time
 from typing import Any, Dict, List, Sequence
 
+from benchmarks.common import idle_cpu_rates, process_cpu_s
+
 RESULT = "RESULT "
 NSYS = "global_profiler.global_tool_config.nsys"
 PROMPT = [8, 9, 10, 11, 12, 13]
@@ -73,12 +75,6 @@ def pin_engine(server: Any, index: int) -> List[int]:
 def engine_cpu_s(server: Any) -> float:
     """CPU seconds the server's engine thread has used so far."""
     return server._engine_thread.submit(time.thread_time).result(timeout=60)
-
-
-def process_cpu_s(_: Any) -> float:
-    """CPU seconds the server's whole process (every thread: Ray's, the engine's, verlprof's
-    if it had any there) has used so far."""
-    return time.process_time()
 
 
 def cpu_now(server: Any) -> List[float]:
@@ -185,11 +181,8 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
                 times["cpu_off"][step], times["pcpu_off"][step] = (after[0] - cpu[0],
                                                                    after[1] - cpu[1])
     # what an idle unselected replica's process uses per second, each side (Ray's own threads)
-    idle = {}
-    for side in ("on", "off"):
-        before, t0 = cpu_now(servers[side][1]), time.perf_counter()
-        time.sleep(2.0)
-        idle[side] = (cpu_now(servers[side][1])[1] - before[1]) / (time.perf_counter() - t0)
+    idle = dict(zip(("on", "off"), idle_cpu_rates([servers[side][1] for side in ("on", "off")],
+                                                  2.0)))
     # both sides at once: ON's step (its window open on the odd steps) sends its requests
     # together with OFF's, so each unselected replica has the same neighbours
     for _ in range(together):

@@ -19,7 +19,7 @@ def _session() -> str:
     side by side on one machine, each judges only what it started."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     session = os.environ.get(SESSION_ENV, "")
-    if not session.startswith(worker) or not session:
+    if not session or not session.startswith(worker):
         session = os.environ[SESSION_ENV] = f"{worker}{uuid.uuid4().hex}"
     return session
 

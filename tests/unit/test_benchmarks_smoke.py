@@ -225,7 +225,7 @@ def test_controller_scale_child_at_tiny_size():
     assert got["finalize_s"] > 0 and got["reload_s"] > 0 and got["manifest_bytes"] > 0
 
 
-def test_controller_scale_judges_finalize_on_its_growth(monkeypatch):
+def test_controller_scale_reports_finalize_growth_as_info(monkeypatch):
     from benchmarks import controller_scale
 
     def child(n: int, finalize: bool = True) -> dict:

@@ -46,20 +46,21 @@ CHUNK_BYTES = 8 << 20
 
 
 def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
-                actor: Optional[Any]) -> ReportEntry:
-    """Place one worker report's file at its contract path; return its manifest entry."""
+                actor: Optional[Any], how: Optional[Transfer] = None) -> ReportEntry:
+    """Place one worker report's file at its contract path; return its manifest entry.
+    ``how``: :func:`how_it_travels`, when the caller has decided it already."""
     where = item.where
     path = item.report.path
     relpath = paths.resolve_relpath(path, where.host, where.pid) if where.host and where.pid \
         else path
     status, reason, size = item.status, item.reason, 0
     transfer: Optional[Transfer] = None
-    raw = item.raw_path
-    if status != STATUS_MISSING and raw:  # incomplete: what a process left at its death
+    raw = item.raw_path if has_file(item) else None
+    if raw:  # incomplete too: what a process left at its death
         try:
             target = report_target(output_dir, relpath, os.path.isdir(raw))
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            transfer = how_it_travels(item, local_node_id)
+            transfer = how or how_it_travels(item, local_node_id)
             if transfer == "rename" and os.path.isdir(raw):
                 shutil.copytree(raw, target, dirs_exist_ok=True)
             elif transfer != "ray":
@@ -77,6 +78,11 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                           host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
                           reason=reason, window_start_ns=item.window_start_ns,
                           window_end_ns=item.window_end_ns, transfer=transfer)
+
+
+def has_file(item: WorkerReport) -> bool:
+    """Whether ``item`` names a file to place (a missing report names none)."""
+    return item.status != STATUS_MISSING and bool(item.raw_path)
 
 
 def how_it_travels(item: WorkerReport, local_node_id: str) -> Transfer:
@@ -107,15 +113,17 @@ def move_all(items: List[WorkerReport], actors: Dict[Target, Any], output_dir: s
     few at a time (their transfers overlap); the rest (a rename, a report that never came) in
     this thread: a pool task each cost more than the move itself (2 of the 4 s that finalize
     took for the 24,576 entries of 8,192 ranks)."""
-    def move(item: WorkerReport) -> ReportEntry:
-        return move_report(item, output_dir, local_node_id,
-                           actors.get((item.report.group, item.report.rank)))
+    hows = [how_it_travels(item, local_node_id) if has_file(item) else None for item in items]
 
-    remote = [i for i, item in enumerate(items) if item.status != STATUS_MISSING
-              and item.raw_path and how_it_travels(item, local_node_id) == "ray"]
+    def move(i: int) -> ReportEntry:
+        item = items[i]
+        return move_report(item, output_dir, local_node_id,
+                           actors.get((item.report.group, item.report.rank)), hows[i])
+
+    remote = [i for i, how in enumerate(hows) if how == "ray"]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        fetched = dict(zip(remote, pool.map(move, [items[i] for i in remote])))
-    return [fetched[i] if i in fetched else move(item) for i, item in enumerate(items)]
+        fetched = dict(zip(remote, pool.map(move, remote)))
+    return [fetched[i] if i in fetched else move(i) for i in range(len(items))]
 
 
 def unreachable_reports(process: ProcessPlan, where: ProcessIdentity, reason: str,
