@@ -60,6 +60,7 @@ from verlprof.runtime.placing import (
     place_early,
 )
 from verlprof.runtime.rank_rpc import RankCalls
+from verlprof.runtime.ray_guard import RayGone, ray_connected
 from verlprof.runtime.run_context import RunContext
 from verlprof.runtime.teardown import discard, on_node
 from verlprof.worker.identity import node_id
@@ -201,6 +202,8 @@ class Placement:
                     dirty = dirty or placed > 0
                     delay = self.poll_s if placed else min(delay * 2, self.max_poll_s)
                     next_look = time.monotonic() + delay
+            except RayGone:  # the driver shut Ray down without finalize: nothing to ask
+                return
             except Exception as err:  # the job goes on; finalize places what is left
                 self._problem(f"placing reports while the job runs: {err}")
 
@@ -278,16 +281,18 @@ class Placement:
         import ray
 
         asked = set(self._asked.values())  # a rank busy in a long phase answers later
-        for target in targets:
-            if target not in asked and target in rpc.actors:
-                with contextlib.suppress(Exception):
-                    self._asked[rpc.actors[target].verlprof_ready.remote()] = target
-        done, _ = ray.wait(list(self._asked), num_returns=len(self._asked), timeout=ASK_WAIT_S)
         out: Dict[Target, List[WorkerReport]] = {}
-        for ref in done:
-            target = self._asked.pop(ref)
-            with contextlib.suppress(Exception):  # a dead rank: the controller sees it itself
-                out[target] = ray.get(ref)
+        with ray_connected():  # a driver's ray.shutdown() waits for these (<= ASK_WAIT_S)
+            for target in targets:
+                if target not in asked and target in rpc.actors:
+                    with contextlib.suppress(Exception):
+                        self._asked[rpc.actors[target].verlprof_ready.remote()] = target
+            done, _ = ray.wait(list(self._asked), num_returns=len(self._asked),
+                               timeout=ASK_WAIT_S)
+            for ref in done:
+                target = self._asked.pop(ref)
+                with contextlib.suppress(Exception):  # a dead rank: the controller sees it
+                    out[target] = ray.get(ref)
         return out
 
     def _write(self) -> None:

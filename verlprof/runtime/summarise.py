@@ -33,6 +33,7 @@ from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.summary import load_summary, make_summary, summary_path, write_summary
 from verlprof.manifest import STATUS_INCOMPLETE, STATUS_OK, Manifest, ReportEntry
+from verlprof.runtime.ray_guard import RayGone, ray_connected
 from verlprof.runtime.run_context import RunContext
 from verlprof.worker.identity import node_id as this_node_id
 
@@ -40,6 +41,8 @@ logger = logging.getLogger("verlprof")
 
 PER_NODE = 2
 """Summary tasks running at once on one node (each runs one ``nsys export``: about a core)."""
+WAIT_SLICE_S = 1.0
+"""Longest single wait on the tasks: it holds off a driver's ``ray.shutdown()`` (ray_guard)."""
 Outcome = Literal["made", "current", "not_here", "unreadable"]
 """``made`` now, ``current`` (a summary that matches was there), ``not_here`` (this node does
 not see the report), ``unreadable`` (the reason says why)."""
@@ -125,7 +128,8 @@ def summarise_on_nodes(manifest: Manifest, output_dir: str, *, timeout_s: float,
     import ray
 
     local = local_node or this_node_id()
-    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    with ray_connected():
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     queues: Dict[str, List[SummaryJob]] = {}
     jobs = summary_jobs(manifest, output_dir, timeout_s, indices)
     for job in jobs:
@@ -151,6 +155,17 @@ def summarise_on_nodes(manifest: Manifest, output_dir: str, *, timeout_s: float,
         [results[i] for i in sorted(results)], problems
 
 
+def _in_background(manifest: Manifest, output_dir: str, timeout_s: float) -> None:
+    """A window's summaries while the job runs; the driver may shut Ray down under them (its
+    files are on disk: finalize or ``verlprof report`` summarises what is left)."""
+    try:
+        summarise_on_nodes(manifest, output_dir, timeout_s=timeout_s)
+    except RayGone:
+        pass
+    except Exception as err:  # noqa: BLE001 - a summary is an extra: the job goes on
+        logger.warning("verlprof: reports not summarised while the job runs: %s", err)
+
+
 def _run(queues: Dict[str, List[SummaryJob]], local: str, per_node: int,
          timeout_s: float) -> Dict[int, SummaryResult]:
     """Every queue on its node, ``per_node`` in flight each; a report its node does not see
@@ -168,25 +183,29 @@ def _run(queues: Dict[str, List[SummaryJob]], local: str, per_node: int,
                 job = queue.pop(0)
                 flying[_task(node).remote(job)] = (node, job)
 
-    fill()
-    while flying and time.monotonic() < deadline:
-        ready, _ = ray.wait(list(flying), num_returns=1,
-                            timeout=max(0.0, deadline - time.monotonic()))
-        for ref in ready:
-            node, job = flying.pop(ref)
-            try:
-                result: SummaryResult = ray.get(ref)
-            except Exception as err:  # noqa: BLE001 - the node died under its task
-                result = SummaryResult(index=job.index, outcome="unreadable", node_id=node,
-                                       reason=f"its node's task failed: {type(err).__name__}")
-            if result.outcome == "not_here" and node != local and job.index not in retried:
-                retried.add(job.index)
-                queues.setdefault(local, []).append(job)
-            else:
-                done[job.index] = result
+    with ray_connected():
         fill()
-    for ref in flying:
-        ray.cancel(ref, force=True)
+    while flying and time.monotonic() < deadline:
+        with ray_connected():  # in slices: a driver's ray.shutdown() waits for one at most
+            ready, _ = ray.wait(list(flying), num_returns=1,
+                                timeout=min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+            for ref in ready:
+                node, job = flying.pop(ref)
+                try:
+                    result: SummaryResult = ray.get(ref)
+                except Exception as err:  # noqa: BLE001 - the node died under its task
+                    result = SummaryResult(index=job.index, outcome="unreadable", node_id=node,
+                                           reason=f"its node's task failed: "
+                                                  f"{type(err).__name__}")
+                if result.outcome == "not_here" and node != local and job.index not in retried:
+                    retried.add(job.index)
+                    queues.setdefault(local, []).append(job)
+                else:
+                    done[job.index] = result
+            fill()
+    with ray_connected():
+        for ref in flying:
+            ray.cancel(ref, force=True)
     return done
 
 
@@ -222,8 +241,8 @@ class NodeSummaries:
         plan = self.context.plan
         manifest = self.context.manifest(list(entries))
         thread = threading.Thread(
-            target=summarise_on_nodes, name="verlprof-summaries", daemon=True,
-            args=(manifest, plan.output_dir), kwargs=dict(timeout_s=plan.policy.finalize_timeout_s))
+            target=_in_background, name="verlprof-summaries", daemon=True,
+            args=(manifest, plan.output_dir, plan.policy.finalize_timeout_s))
         thread.start()
         self._background.append(thread)
 
