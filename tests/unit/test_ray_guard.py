@@ -1,9 +1,12 @@
-"""verlprof's background threads and a driver's ``ray.shutdown()`` (verlprof/runtime/ray_guard.py).
+"""verlprof's background threads and a driver's ``ray.shutdown()`` (verlprof.worker.ray_guard.py).
 
 Seen in the suite: P2 shut Ray down with its controllers never finalized, while the placer
 thread submitted ``verlprof_ready``; the pytest worker died of a segfault in Ray's core worker.
 Without the guard, the same race run alone (below) left the calling thread hung in Ray or
-failing on every call in 8 of 8 runs; with it the thread stops at its next call."""
+failing on every call in 8 of 8 runs; with it the thread stops at its next call. A second
+form of the crash: any Ray call after the shutdown, down to this node's id, makes Ray's core
+worker end the process ("The core worker has already been shutdown"; 1 in 5 runs of P2 beside
+a CPU load, from the placer thread)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import pytest
 
 from verlprof.runtime import placement
 from verlprof.runtime.rank_rpc import RankCalls
-from verlprof.runtime.ray_guard import RayGone, ray_connected
+from verlprof.worker.ray_guard import RayGone, ray_connected
 
 RACE = textwrap.dedent("""
     import threading, time, ray
-    from verlprof.runtime.ray_guard import RayGone, ray_connected
+    from verlprof.worker.identity import node_id
+    from verlprof.worker.ray_guard import RayGone, ray_connected
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False, num_cpus=1)
 
     @ray.remote(num_cpus=0)
@@ -39,6 +43,7 @@ RACE = textwrap.dedent("""
                 with ray_connected():
                     refs = [r.ready.remote() for r in ranks]
                     ray.wait(refs, num_returns=len(refs), timeout=2.0)
+                node_id()  # as placing names this node: "" once Ray is gone
                 calls[0] += 1
         except RayGone:
             ended.append("RayGone")

@@ -60,10 +60,10 @@ from verlprof.runtime.placing import (
     place_early,
 )
 from verlprof.runtime.rank_rpc import RankCalls
-from verlprof.runtime.ray_guard import RayGone, ray_connected
 from verlprof.runtime.run_context import RunContext
 from verlprof.runtime.teardown import discard, on_node
 from verlprof.worker.identity import node_id
+from verlprof.worker.ray_guard import RayGone, ray_connected
 
 logger = logging.getLogger("verlprof")
 
@@ -227,7 +227,14 @@ class Placement:
                 self._waiting.add(target)
 
     def _look(self) -> int:
-        """Ask the waiting ranks for their complete reports and place them; how many."""
+        """Ask the waiting ranks for their complete reports and place them; how many. All of
+        it with Ray held connected: placing fetches from other nodes and names this one."""
+        if isinstance(self.context.rpc, RankCalls):
+            with ray_connected():
+                return self._look_now()
+        return self._look_now()
+
+    def _look_now(self) -> int:
         failed = self.context.rpc.failed
         self._waiting -= set(failed)
         replies = self._ask(sorted(self._waiting))
@@ -272,7 +279,8 @@ class Placement:
 
     def _ask(self, targets: List[Target]) -> Dict[Target, List[WorkerReport]]:
         """``verlprof_ready`` on each target. Over Ray not through the controller's calls: a
-        rank busy in a long phase must not be marked busy for the controller's own RPCs."""
+        rank busy in a long phase must not be marked busy for the controller's own RPCs.
+        Over Ray only inside :meth:`_look`'s hold on it (a driver's shutdown waits)."""
         rpc = self.context.rpc
         if not targets:
             return {}
@@ -281,18 +289,16 @@ class Placement:
         import ray
 
         asked = set(self._asked.values())  # a rank busy in a long phase answers later
+        for target in targets:
+            if target not in asked and target in rpc.actors:
+                with contextlib.suppress(Exception):
+                    self._asked[rpc.actors[target].verlprof_ready.remote()] = target
+        done, _ = ray.wait(list(self._asked), num_returns=len(self._asked), timeout=ASK_WAIT_S)
         out: Dict[Target, List[WorkerReport]] = {}
-        with ray_connected():  # a driver's ray.shutdown() waits for these (<= ASK_WAIT_S)
-            for target in targets:
-                if target not in asked and target in rpc.actors:
-                    with contextlib.suppress(Exception):
-                        self._asked[rpc.actors[target].verlprof_ready.remote()] = target
-            done, _ = ray.wait(list(self._asked), num_returns=len(self._asked),
-                               timeout=ASK_WAIT_S)
-            for ref in done:
-                target = self._asked.pop(ref)
-                with contextlib.suppress(Exception):  # a dead rank: the controller sees it
-                    out[target] = ray.get(ref)
+        for ref in done:
+            target = self._asked.pop(ref)
+            with contextlib.suppress(Exception):  # a dead rank: the controller sees it itself
+                out[target] = ray.get(ref)
         return out
 
     def _write(self) -> None:

@@ -33,9 +33,9 @@ from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.summary import load_summary, make_summary, summary_path, write_summary
 from verlprof.manifest import STATUS_INCOMPLETE, STATUS_OK, Manifest, ReportEntry
-from verlprof.runtime.ray_guard import RayGone, ray_connected
 from verlprof.runtime.run_context import RunContext
 from verlprof.worker.identity import node_id as this_node_id
+from verlprof.worker.ray_guard import RayGone, ray_connected
 
 logger = logging.getLogger("verlprof")
 

@@ -7,6 +7,7 @@ import socket
 from typing import Optional
 
 from verlprof.records import ProcessIdentity
+from verlprof.worker.ray_guard import ray_connected
 
 
 def process_identity() -> ProcessIdentity:
@@ -21,8 +22,9 @@ def node_id() -> str:
     try:
         import ray
 
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    except Exception:
+        with ray_connected():  # a thread of ours may ask while the driver shuts Ray down
+            return ray.get_runtime_context().get_node_id()
+    except Exception:  # RayGone: outside Ray, or after ray.shutdown()
         return ""
 
 

@@ -6,7 +6,10 @@ controller never finalized: an exception on the way out, a benchmark, a test) cr
 whole process in Ray's core worker: a segfault in ``_actor_method_call``, seen under the test
 suite with P2's controllers. Ray orders ``ray.init`` and ``ray.shutdown`` by one lock of its
 own; a call made while holding it cannot overlap either, and a thread that finds Ray shut
-down stops calling it (:class:`RayGone`). Hold it for short spans only: a shutdown waits.
+down stops calling it (:class:`RayGone`). Every Ray call counts, down to asking for this
+node's id (:func:`verlprof.worker.identity.node_id`): a call after the shutdown makes Ray's core
+worker end the process ("The core worker has already been shutdown ... The process will exit",
+the second form of the same crash). Hold it for short spans only: a shutdown waits.
 """
 
 from __future__ import annotations
