@@ -17,6 +17,7 @@ import pytest
 
 from tests.unit.test_controller import Rank, plan_of, run
 from verlprof import paths
+from verlprof.config import size_budget
 from verlprof.config.loader import load_config
 from verlprof.errors import ConfigError
 from verlprof.manifest import read_manifest
@@ -250,7 +251,10 @@ def test_reuse_writes_into_the_directory_with_a_warning_but_never_beside_a_live_
         assert f"in use by run {run.run_id} (host {HOST}, pid {os.getpid()}" in message
 
 
-def test_retarget_is_the_plan_built_for_that_directory(tmp_path):
+def test_retarget_is_the_plan_built_for_that_directory(tmp_path, monkeypatch):
+    # the auto size budget reads free space at each load: the same figure for both (another
+    # test writing files between the two loads changed it)
+    monkeypatch.setattr(size_budget, "free_bytes", lambda d: (64 << 30, str(tmp_path)))
     overrides = ["trainer.profile_steps=[1,2]", "critic.profile_ranks=[0]"]
     a = load_config(CONFIG, [*overrides, f"trainer.profiler.output_dir={tmp_path}/a"])
     b = load_config(CONFIG, [*overrides, f"trainer.profiler.output_dir={tmp_path}/a/run-1"])
