@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from verlprof.backends.nsys import cli as nsys_cli
 from verlprof.backends.nsys import procs as nsys_procs
 
@@ -45,3 +47,26 @@ def test_agent_session_pid_parsing():
     assert nsys_procs._SESSION_PID_RE.match("profile-python-5517").group(1) == "5517"
     assert nsys_procs._SESSION_PID_RE.match("profile-my-app-1-77").group(1) == "77"
     assert nsys_procs._SESSION_PID_RE.match("mysession") is None
+
+
+
+THROWN = ("/build/QuadD/Common/ProcessWaiter/Src/POSIX/ProcessWaiterImpl.cpp(166): Throw in "
+          "function QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl(...)")
+
+
+@pytest.mark.parametrize("answers, runs, verdict", [
+    ([THROWN, None], 2, None),
+    ([THROWN, THROWN], 2, THROWN),
+    (["Illegal --trace argument 'bogus'"], 1, "Illegal --trace argument 'bogus'")])
+def test_a_trial_run_that_nsys_itself_threw_in_is_made_once_more(monkeypatch, answers, runs,
+                                                                  verdict):
+    """An exception in nsys' own code is not a rejected option: one more trial run decides;
+    a rejected option is reported after one run."""
+    from verlprof.backends.nsys import preflight
+
+    made = []
+    monkeypatch.setattr(preflight, "nsys_dry_run",
+                        lambda argv, timeout_s: made.append(argv) or answers[len(made) - 1])
+    why = preflight.check_launch_argv(["/bin/true", "profile", "--trace=nvtx"], timeout_s=60)
+    assert len(made) == runs
+    assert why == (verdict and f"nsys rejected these options in a 60s trial run: {verdict}")
