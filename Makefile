@@ -56,7 +56,7 @@ integration: install-test nsys chromium node
 	$(BIN)/pytest -q -m integration
 
 test: install-test nsys chromium node lint
-	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0
 
 demo: install nsys
 	$(BIN)/verlprof demo --config trainer_configs/ppo_trainer.yaml

@@ -6,6 +6,9 @@ fault suite's summary line.
 still holds), and a worker that finishes a module takes the next. The longest modules (verl's
 fits, which start one actor after the other) are handed out first, so that neither worker is
 left with one of them at the end. A plain ``pytest`` (one process) keeps the usual order.
+``--max-worker-restart=0``: a worker that dies (a crash in Ray's core worker did) fails its
+test and the other worker runs the rest; xdist's default restart, under ``loadfile``, left
+the run waiting forever.
 """
 
 from __future__ import annotations
