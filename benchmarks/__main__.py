@@ -31,13 +31,13 @@ from benchmarks.common import Result, machine
 
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
-                 p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=6, p3_block=12,
-                 p3_together=36,
+                 p2_sizes=(8, 16, 32, 64), demo_pairs=1, demo_steps=40, p3_blocks=4, p3_block=12,
+                 p3_together=75,
                  p4_rounds=3, scale_rounds=3, replica_rounds=4, replica_block=8,
-                 replica_together=16),
+                 replica_together=32),
     "quick": dict(p1_number=100_000, p1_rounds=3, peer_rounds=1, p2_rounds=5,
                   p2_sizes=(8, 16, 32), demo_pairs=1, demo_steps=8, p3_blocks=2, p3_block=5,
-                  p3_together=8,
+                  p3_together=13,
                   p4_rounds=1, scale_rounds=1, replica_rounds=2, replica_block=4,
                   replica_together=6),
 }

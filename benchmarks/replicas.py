@@ -9,9 +9,11 @@ verl's resource pools ask for GPUs, which the cluster declares as logical ones).
   round trips to the replica's server; entry <= nsys' own start floor on the same schedule
   (measured in bare processes under the replica's own nsys argv, windows as long as the
   run's steps) + 2 round trips.
-- P3 on a replica: the generate time of the unselected replica 1 (another replica of the same
-  manager under nsys) in profiled steps, vs replica 1 of a second manager with no verlprof at
-  all, the two sides taking turns in blocks; goal P3's (:data:`benchmarks.p3_unselected.GOAL`).
+- P3 on a replica: the unselected replica 1 (another replica of the same manager under nsys)
+  in profiled steps, vs replica 1 of a second manager with no verlprof at all; goal P3's
+  (:data:`benchmarks.p3_unselected.GOAL`). Judged on its process CPU time with both managers
+  generating at once (the same neighbours, the same moments: pair by pair, as P3 on training
+  ranks); its generate time at once is the second row; the blocks in turns are context.
 
 The first step of every block is dropped from both. Medians.
 """
@@ -58,7 +60,8 @@ def run(rounds: int = 4, block: int = 8, together: int = 16, log=print) -> List[
         log(f"replicas: capture-range start in bare processes under replica 0's nsys: alone "
             f"{floor['alone'] * 1e3:.1f} ms, windows of {floor['step_s'] * 1e3:.1f} ms as far "
             f"apart {floor['schedule'] * 1e3:.1f} ms (medians of 3)")
-        return [_p5(got, floor, profiled, unprofiled), _p3(got, kept, profiled, block),
+        return [_p5(got, floor, profiled, unprofiled),
+                _cpu_side_by_side(got, steps, block, _in_turns(got, kept, profiled, block)),
                 _together(got, steps, block)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -96,10 +99,12 @@ def _per_engine_ms(process: List[float], engine: List[float]) -> float:
     return median([p / e for p, e in zip(process, engine) if e])
 
 
-def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -> Result:
-    """Judged on the unselected replica's whole-process CPU time per step (profiled steps vs
-    every OFF step); its generate time (wall) and its engine thread's CPU time beside it.
-    Samples: one per round (an ON block and an OFF block)."""
+def _in_turns(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int
+              ) -> List[str]:
+    """The unselected replica in the blocks that take turns (profiled steps vs every OFF
+    step), context for the CPU row: its process CPU (the core's speed beside each side's
+    neighbours included), generate time (wall), its engine thread's CPU time, and Ray's
+    threads while the controller opens replica 0's windows."""
     times = got["times"]
 
     def by_round(key: str, steps: List[int], pick=lambda v: v) -> List[List[float]]:
@@ -118,12 +123,15 @@ def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -
     pcpu_off = [times["pcpu_off"][str(s)] for s in kept]
     selected = {side: median([times[side][str(s)][0] for s in steps])
                 for side, steps in (("on", profiled), ("off", kept))}
-    samples = block_ratios(by_round("pcpu_on", profiled), by_round("pcpu_off", kept))
-    details = [f"process CPU per step, on (replica 0 under nsys, its window open): "
-               f"{_ms(pcpu_on)}",
-               f"process CPU per step, off (no verlprof): {_ms(pcpu_off)}",
-               f"generate time (wall): on {median(on) * 1e3:.2f} ms, off {median(off) * 1e3:.2f}"
-               f" ms = {median(on) / median(off):.3f}x; every ON step, windows open or not: "
+    rounds = block_ratios(by_round("pcpu_on", profiled), by_round("pcpu_off", kept))
+    details = [f"in turns ({len(rounds)} rounds of a block each side, the core's speed beside "
+               f"each side's neighbours included): process CPU per step on "
+               f"{median(pcpu_on) * 1e3:.2f} ms, off {median(pcpu_off) * 1e3:.2f} ms = "
+               f"{median(pcpu_on) / median(pcpu_off):.3f}x (per round "
+               + ", ".join(f"{r:.2f}" for r in rounds) + ")",
+               f"in turns, generate time (wall): on {median(on) * 1e3:.2f} ms, off "
+               f"{median(off) * 1e3:.2f} ms = {median(on) / median(off):.3f}x; every ON step, "
+               "windows open or not: "
                f"{median(on_all) / median(off):.3f}x",
                f"CPU time of replica 1's engine thread in the same steps: on "
                f"{median(cpu_on) * 1e3:.2f} ms, off {median(cpu_off) * 1e3:.2f} ms = "
@@ -144,9 +152,32 @@ def _p3(got: Dict[str, Any], kept: List[int], profiled: List[int], block: int) -
                        f"replica 1's process uses {cpu_s / wall_s * 100:.2f}% of a core; idle, "
                        f"{got['idle_cpu']['on'] * 100:.2f}% (ON) and "
                        f"{got['idle_cpu']['off'] * 100:.2f}% (OFF)")
-    return Result("P3 unselected replica (rollout replica 1) process CPU time per step, "
-                  "profiling on vs off", median(pcpu_on) / median(pcpu_off), P3_GOAL,
-                  details=details, samples=samples)
+    return details
+
+
+def _cpu_side_by_side(got: Dict[str, Any], first: int, block: int,
+                      context: List[str]) -> Result:
+    """Judged on the two unselected replicas' process CPU over the same spans (ON's step,
+    begin_step to end_step, with OFF's requests sent at once: the same neighbours), pair by
+    pair over the steps with replica 0's window open: the median of ON / OFF. Samples: one
+    per ``block // 2`` pairs. ``context``: the blocks in turns."""
+    cpu = {int(s): v for s, v in got["times"].get("together_cpu", {}).items()}
+    steps = [s for s in sorted(cpu) if s > first + 1 and s % 2 == 1 and cpu[s][1]]
+    metric = "P3 unselected replica (rollout replica 1) process CPU time per step, profiling " \
+             "on vs off"
+    if not steps:
+        return Result(metric, None, P3_GOAL, note="no steps side by side", details=context)
+    pairs = [cpu[s][0] / cpu[s][1] for s in steps]
+    size = max(1, block // 2)
+    on, off = [cpu[s][0] for s in steps], [cpu[s][1] for s in steps]
+    return Result(metric, median(pairs), P3_GOAL,
+                  samples=[median(pairs[i:i + size]) for i in range(0, len(pairs), size)],
+                  details=[f"on (replica 1 of the profiled manager, replica 0 under nsys, its "
+                           f"window open): {_ms(on)}",
+                           f"off (replica 1 of plain verl, the same spans): {_ms(off)}",
+                           f"{len(steps)} steps side by side, one sample per {size}; the "
+                           "ratio: median of each span's ON / OFF; ratio of the medians "
+                           f"{median(on) / median(off):.3f}x", *context])
 
 
 def _together(got: Dict[str, Any], first: int, block: int) -> Result:
@@ -175,19 +206,7 @@ def _together(got: Dict[str, Any], first: int, block: int) -> Result:
                            f"every step side by side, windows open or not: median of the step "
                            f"ratios {median(every):.3f}x over {len(steps)} steps",
                            f"selected replica 0 in the same steps: "
-                           f"{median([rows[s][0] for s in profiled]) * 1e3:.2f} ms"]
-                  + _together_cpu(got, profiled))
-
-
-def _together_cpu(got: Dict[str, Any], profiled: List[int]) -> List[str]:
-    """Both unselected replicas' process CPU over the same spans (begin_step to end_step)."""
-    cpu = {int(s): v for s, v in got["times"].get("together_cpu", {}).items()}
-    pairs = [cpu[s] for s in profiled if s in cpu]
-    if not pairs:
-        return []
-    on, off = median([p[0] for p in pairs]), median([p[1] for p in pairs])
-    return [f"process CPU over the same spans: on {on * 1e3:.2f} ms, off {off * 1e3:.2f} ms = "
-            f"{on / off:.3f}x"]
+                           f"{median([rows[s][0] for s in profiled]) * 1e3:.2f} ms"])
 
 
 def _ms(seconds: List[float]) -> str:

@@ -121,10 +121,31 @@ def test_p3_cpu_per_step_and_the_side_by_side_row():
     rows = {on: [(w, 0, 100 * s * (1.1 if on else 1.0), 0) for s, w in
                  enumerate([12 if on else 10] * 8, start=1)] for on in (True, False)}
     assert p3_unselected._deltas(rows[False], [1, 2, 3], 2) == [100, 100]  # step 1: no base
-    row = p3_unselected._together(rows, first=3, chunk=3)
-    assert row.ratio == pytest.approx(1.2) and row.verdict == "MISS" and len(row.samples) == 2
-    assert row.details[2].startswith("process CPU per step: on ")
-    assert "same neighbours" in row.metric and row.goal == p3_unselected.GOAL
+    cpu, wall = p3_unselected._side_by_side(rows, first=3, chunk=3, context=["in turns: x"])
+    assert cpu.ratio == pytest.approx(1.1) and cpu.verdict == "MISS"
+    assert cpu.samples == [pytest.approx(1.1)] * 2 and cpu.details[-1] == "in turns: x"
+    assert "process CPU time per step" in cpu.metric and cpu.goal == p3_unselected.GOAL
+    assert wall.ratio == pytest.approx(1.2) and wall.verdict == "MISS" and len(wall.samples) == 2
+    assert wall.details[2] == "process CPU per step: on 0.00 ms, off 0.00 ms"
+    assert "same neighbours" in wall.metric and wall.goal == p3_unselected.GOAL
+
+
+def test_p3_cpu_row_pairs_each_on_step_with_the_off_step_beside_it():
+    def rows_of(costs):  # process CPU so far after each step; step 1's cost has no base
+        return [(10, 0, sum(costs[:s]), 0) for s in range(1, len(costs) + 1)]
+
+    # the core's speed moves from step to step (100, 200, 300); ON costs 2% more than the
+    # OFF step that ran at the same moment: every pair reads 1.02, whatever the moment
+    off = [0, 100, 200, 300, 100, 200, 300]
+    cpu, _ = p3_unselected._side_by_side(
+        {True: rows_of([c * 1.02 for c in off]), False: rows_of(off)}, first=2, chunk=3)
+    assert cpu.ratio == pytest.approx(1.02) and cpu.samples == [pytest.approx(1.02)] * 2
+    # the same costs on ON's side at other moments: the medians agree (1.02x, shown), the
+    # pairs do not (2.04, 1.53, 0.34 twice: median 1.53)
+    on = [0, 204, 306, 102, 204, 306, 102]
+    cpu, _ = p3_unselected._side_by_side({True: rows_of(on), False: rows_of(off)}, first=2,
+                                         chunk=3)
+    assert cpu.ratio == pytest.approx(1.53) and "ratio of the medians 1.020x" in cpu.details[2]
 
 
 def test_p3_explains_cpu_per_step_by_rays_idle_threads_over_longer_steps():
@@ -276,7 +297,11 @@ def test_replicas_rows_from_a_run():
                      "pcpu_off": {str(s): 0.010 for s in range(1, steps + 1)},
                      # ON's replicas 0 and 1, then OFF's, generating at once
                      "together": {str(s): [0.03, 0.011, 0.02, 0.010]
-                                  for s in range(steps + 1, steps + 9)}},
+                                  for s in range(steps + 1, steps + 9)},
+                     # both unselected replicas' process CPU over the same spans; the core
+                     # slower in the later steps: each pair still reads 1.02
+                     "together_cpu": {str(s): [0.0102 * s, 0.010 * s]
+                                      for s in range(steps + 1, steps + 9)}},
            "bare": [0.002] * steps,
            "manifest": {"step_windows": [[1], [3], [5], [7]],
                         "processes": [{"group": "rollout_replicas", "rank": 0,
@@ -286,12 +311,16 @@ def test_replicas_rows_from_a_run():
     floor = {"alone": 0.1, "schedule": 0.95}
     p5 = replicas._p5(got, floor, profiled, unprofiled)
     assert p5.verdict == "PASS" and p5.goal == 1.0 and "4/4 replica reports ok" in p5.details[2]
-    p3 = replicas._p3(got, kept, profiled, block)
-    # judged on the process's CPU time (1.05x), its wall time (1.2x) beside it
-    assert p3.ratio == pytest.approx(1.05) and p3.verdict == "MISS" and p3.goal == 1.03
-    assert "= 1.200x" in p3.details[2] and p3.samples == [pytest.approx(1.05)] * 2
+    turns = replicas._in_turns(got, kept, profiled, block)
+    # in turns: the process's CPU time (1.05x) and its wall time (1.2x), context
+    assert "= 1.050x (per round 1.05, 1.05)" in turns[0] and "= 1.200x" in turns[1]
     # the engine thread's CPU, the same on both sides: the process did 5% more beyond it
-    assert "engine thread's, on vs off: 1.050x" in p3.details[4]
+    assert "engine thread's, on vs off: 1.050x" in turns[3]
+    p3 = replicas._cpu_side_by_side(got, steps, block, turns)
+    # judged side by side, pair by pair over the window-open steps 11, 13, 15 (9: the first)
+    assert p3.ratio == pytest.approx(1.02) and p3.verdict == "PASS" and p3.goal == 1.03
+    assert p3.samples == [pytest.approx(1.02)] * 2 and p3.details[3:] == turns
+    assert "3 steps side by side" in p3.details[2]
     both = replicas._together(got, steps, block)
     assert both.ratio == pytest.approx(1.1) and both.verdict == "MISS"
     assert "same neighbours" in both.metric and len(both.samples) == 2
