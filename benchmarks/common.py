@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK_DIR = os.path.join(ROOT, "benchmarks", ".work")
@@ -103,6 +103,15 @@ def chunks(values: Sequence[float], size: int) -> List[List[float]]:
     """``values`` cut into consecutive blocks of ``size`` (the last one may be shorter): many
     short interleaved rounds become a few samples of a row."""
     return [list(values[i:i + size]) for i in range(0, len(values), max(1, size))]
+
+
+def paired_ratios(on: Sequence[float], off: Sequence[float], chunk: int
+                  ) -> Tuple[float, List[float]]:
+    """Measurements taken two by two at the same moments (``on[i]`` beside ``off[i]``): the
+    median of the pairs' ratios, and one such median per ``chunk`` pairs (the samples). What
+    moves from one moment to the next, the core's speed, cancels inside each pair."""
+    ratios = [a / b for a, b in zip(on, off)]
+    return median(ratios), [median(ratios[i:i + chunk]) for i in range(0, len(ratios), chunk)]
 
 
 def block_ratios(top: Sequence[Sequence[float]], bottom: Sequence[Sequence[float]]

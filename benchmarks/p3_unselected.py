@@ -39,6 +39,7 @@ from benchmarks.common import (
     block_ratios,
     idle_cpu_rates,
     median,
+    paired_ratios,
     run_standalone,
     spread,
 )
@@ -157,17 +158,14 @@ def _side_by_side(rows: Dict[bool, List[tuple]], first: int, chunk: int,
     steps = list(range(first, min(len(rows[True]), len(rows[False])) + 1))
     chunks = [steps[i:i + chunk] for i in range(0, len(steps), chunk) if steps[i:i + chunk]]
     cpu = {on: dict(zip(steps, _deltas(rows[on], steps, 2))) for on in rows}
-
-    def paired(of: List[int]) -> List[float]:
-        return [cpu[True][s] / cpu[False][s] for s in of
-                if s in cpu[True] and cpu[False].get(s)]
-
+    both = [s for s in steps if s in cpu[True] and cpu[False].get(s)]
+    ratio, samples = paired_ratios([cpu[True][s] for s in both], [cpu[False][s] for s in both],
+                                   chunk)
     wall = {on: _pick(rows[on], steps, 0) for on in rows}
     seen = f"{len(steps)} steps side by side, one sample per {chunk}"
     each = {on: list(cpu[on].values()) for on in rows}
     cpu_row = Result(f"P3 unselected rank ({GROUP} rank {MEASURED_RANK}) process CPU time per "
-                     "step, profiling on vs off", median(paired(steps)), GOAL,
-                     samples=[median(paired(c)) for c in chunks if paired(c)],
+                     "step, profiling on vs off", ratio, GOAL, samples=samples,
                      details=[f"on (its neighbours under nsys): {spread(each[True])}",
                               f"off (no profiler anywhere): {spread(each[False])}",
                               f"{seen}; the ratio: median of each step's ON / OFF (both at "

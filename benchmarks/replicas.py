@@ -28,7 +28,7 @@ import tempfile
 from typing import Any, Dict, List
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import ROOT, Result, block_ratios, median, spread
+from benchmarks.common import ROOT, Result, block_ratios, median, paired_ratios, spread
 from benchmarks.p3_unselected import GOAL as P3_GOAL
 from benchmarks.p5_stall import stall, stall_samples
 from benchmarks.replicas_app import RESULT
@@ -167,11 +167,10 @@ def _cpu_side_by_side(got: Dict[str, Any], first: int, block: int,
              "on vs off"
     if not steps:
         return Result(metric, None, P3_GOAL, note="no steps side by side", details=context)
-    pairs = [cpu[s][0] / cpu[s][1] for s in steps]
     size = max(1, block // 2)
     on, off = [cpu[s][0] for s in steps], [cpu[s][1] for s in steps]
-    return Result(metric, median(pairs), P3_GOAL,
-                  samples=[median(pairs[i:i + size]) for i in range(0, len(pairs), size)],
+    ratio, samples = paired_ratios(on, off, size)
+    return Result(metric, ratio, P3_GOAL, samples=samples,
                   details=[f"on (replica 1 of the profiled manager, replica 0 under nsys, its "
                            f"window open): {_ms(on)}",
                            f"off (replica 1 of plain verl, the same spans): {_ms(off)}",

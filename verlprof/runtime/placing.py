@@ -16,6 +16,7 @@ from verlprof.manifest import ReportEntry
 from verlprof.records import STATUS_OK, Target, WorkerReport
 from verlprof.runtime.collect import fetch_from_node, how_it_travels, report_target
 from verlprof.runtime.local_rpc import OnOwnThread
+from verlprof.worker.ray_guard import ray_connected
 
 
 def place_early(item: WorkerReport, output_dir: str, local_node: str) -> Optional[ReportEntry]:
@@ -95,9 +96,8 @@ def lost_nodes(candidates: Set[str]) -> Set[str]:
     try:
         import ray
 
-        if not ray.is_initialized():
-            return set()
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-    except Exception:
+        with ray_connected():
+            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    except Exception:  # RayGone: outside Ray, or after ray.shutdown()
         return set()
     return {n for n in candidates if n not in alive}
