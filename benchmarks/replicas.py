@@ -36,6 +36,14 @@ from benchmarks.replicas_app import RESULT
 REQUESTS = 8
 """Generate calls per replica per step (about 20 ms of generation: P5's step)."""
 
+SAMPLES = 4
+"""The side-by-side rows' samples: their window-open steps in four runs of consecutive steps
+(each run holds both orders of sending alike, see :mod:`benchmarks.replicas_app`)."""
+
+
+def _per_sample(count: int) -> int:
+    return max(1, -(-count // SAMPLES))
+
 
 def run(rounds: int = 4, block: int = 8, together: int = 16, log=print) -> List[Result]:
     work = tempfile.mkdtemp(prefix="verlprof-bench-replicas-")
@@ -61,8 +69,8 @@ def run(rounds: int = 4, block: int = 8, together: int = 16, log=print) -> List[
             f"{floor['alone'] * 1e3:.1f} ms, windows of {floor['step_s'] * 1e3:.1f} ms as far "
             f"apart {floor['schedule'] * 1e3:.1f} ms (medians of 3)")
         return [_p5(got, floor, profiled, unprofiled),
-                _cpu_side_by_side(got, steps, block, _in_turns(got, kept, profiled, block)),
-                _together(got, steps, block)]
+                _cpu_side_by_side(got, steps, _in_turns(got, kept, profiled, block)),
+                _together(got, steps)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -155,34 +163,40 @@ def _in_turns(got: Dict[str, Any], kept: List[int], profiled: List[int], block: 
     return details
 
 
-def _cpu_side_by_side(got: Dict[str, Any], first: int, block: int,
-                      context: List[str]) -> Result:
+def _cpu_side_by_side(got: Dict[str, Any], first: int, context: List[str]) -> Result:
     """Judged on the two unselected replicas' process CPU over the same spans (ON's step,
     begin_step to end_step, with OFF's requests sent at once: the same neighbours), pair by
-    pair over the steps with replica 0's window open: the median of ON / OFF. Samples: one
-    per ``block // 2`` pairs. ``context``: the blocks in turns."""
+    pair over the steps with replica 0's window open: the median of ON / OFF. Samples:
+    :data:`SAMPLES`, each of consecutive pairs. ``context``: the blocks in turns."""
     cpu = {int(s): v for s, v in got["times"].get("together_cpu", {}).items()}
     steps = [s for s in sorted(cpu) if s > first + 1 and s % 2 == 1 and cpu[s][1]]
     metric = "P3 unselected replica (rollout replica 1) process CPU time per step, profiling " \
              "on vs off"
     if not steps:
         return Result(metric, None, P3_GOAL, note="no steps side by side", details=context)
-    size = max(1, block // 2)
+    size = _per_sample(len(steps))
     on, off = [cpu[s][0] for s in steps], [cpu[s][1] for s in steps]
     ratio, samples = paired_ratios(on, off, size)
+    first_side = {int(s): side for s, side in got["times"].get("together_first", {}).items()}
+    orders = [f"{side} sent first {median(by):.3f}x ({len(by)} of {len(steps)} pairs)"
+              for side in ("on", "off")
+              if (by := [cpu[s][0] / cpu[s][1] for s in steps if first_side.get(s) == side])]
     return Result(metric, ratio, P3_GOAL, samples=samples,
                   details=[f"on (replica 1 of the profiled manager, replica 0 under nsys, its "
                            f"window open): {_ms(on)}",
                            f"off (replica 1 of plain verl, the same spans): {_ms(off)}",
                            f"{len(steps)} steps side by side, one sample per {size}; the "
                            "ratio: median of each span's ON / OFF; ratio of the medians "
-                           f"{median(on) / median(off):.3f}x", *context])
+                           f"{median(on) / median(off):.3f}x",
+                           *([f"by the side whose requests went first: {'; '.join(orders)}"]
+                             if orders else []), *context])
 
 
-def _together(got: Dict[str, Any], first: int, block: int) -> Result:
+def _together(got: Dict[str, Any], first: int) -> Result:
     """The steps after ``first`` in which ON and OFF generated at once: replica 1 of ON (its
     neighbour replica 0 under nsys, the window open on the odd steps) vs replica 1 of OFF,
-    both beside the same three other replicas. Samples: one per ``block`` steps."""
+    both beside the same three other replicas. Samples: :data:`SAMPLES`, of consecutive
+    steps."""
     rows = {int(s): v for s, v in got["times"].get("together", {}).items()}
     steps = sorted(s for s in rows if s > first + 1)  # the first one warms the pairing
     profiled = [s for s in steps if s % 2 == 1]
@@ -190,7 +204,8 @@ def _together(got: Dict[str, Any], first: int, block: int) -> Result:
     if not ratio:
         return Result("P3 unselected replica, both sides at once (same neighbours): generate "
                       "time, profiling on vs off", None, P3_GOAL, note="no steps side by side")
-    chunks = [profiled[i:i + block // 2] for i in range(0, len(profiled), block // 2)]
+    size = _per_sample(len(profiled))
+    chunks = [profiled[i:i + size] for i in range(0, len(profiled), size)]
     samples = block_ratios([[rows[s][1] for s in c] for c in chunks],
                            [[rows[s][3] for s in c] for c in chunks])
     every = [rows[s][1] / rows[s][3] for s in steps]

@@ -19,7 +19,9 @@ ON's replica 0; the manifest; nsys' start floor under replica 0's nsys argv (mea
 the run).
 
 Then ``together`` ON steps send their requests with OFF's at once (four replicas, the same
-neighbours for both unselected ones); per step each replica's generate time, ON's first.
+neighbours for both unselected ones), each side first in turn (two steps ON's, two OFF's);
+per step each replica's generate time (ON's listed first), both unselected replicas' process
+CPU, and which side sent first.
 
 argv: output directory, rounds, steps per block, requests per replica per step, together.
 """
@@ -137,7 +139,7 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
         generate_step(handles, f"{side}-warm", requests)
     times: Dict[str, Dict[int, Any]] = {key: {} for key in (
         "enter", "body", "exit", "on", "off", "cpu_on", "cpu_off", "pcpu_on", "pcpu_off",
-        "together", "together_cpu", "edges")}
+        "together", "together_cpu", "together_first", "edges")}
     bare: List[float] = []
     done = {"on": 0, "off": 0}
 
@@ -184,14 +186,23 @@ def run(out: str, rounds: int, block: int, requests: int, together: int) -> Dict
     idle = dict(zip(("on", "off"), idle_cpu_rates([servers[side][1] for side in ("on", "off")],
                                                   2.0)))
     # both sides at once: ON's step (its window open on the odd steps) sends its requests
-    # together with OFF's, so each unselected replica has the same neighbours
+    # together with OFF's, so each unselected replica has the same neighbours. The side sent
+    # (and read) first changes every two steps, so consecutive odd steps take both orders:
+    # requests sent first are answered first (the generate-time row), and neither side's CPU
+    # reading should always be the earlier one
     for _ in range(together):
         done["on"] += 1
-        pair = [servers["on"][1], servers["off"][1]]
-        before = [cpu_now(s)[1] for s in pair]
-        times["together"][done["on"]] = on_step(done["on"], [*servers["on"], *servers["off"]])
+        step = done["on"]
+        sides = ("on", "off") if (step // 2) % 2 == 0 else ("off", "on")
+        before = {side: cpu_now(servers[side][1])[1] for side in sides}
+        took = on_step(step, [h for side in sides for h in servers[side]])
+        after = {side: cpu_now(servers[side][1])[1] for side in sides}
+        split = len(servers[sides[0]])
+        took_by = {sides[0]: took[:split], sides[1]: took[split:]}
+        times["together"][step] = [*took_by["on"], *took_by["off"]]
         # each unselected replica's process CPU over the same span (begin_step to end_step)
-        times["together_cpu"][done["on"]] = [cpu_now(s)[1] - b for s, b in zip(pair, before)]
+        times["together_cpu"][step] = [after[side] - before[side] for side in ("on", "off")]
+        times["together_first"][step] = sides[0]
     manifest = bridge.finish()
     return {"times": times, "bare": bare, "manifest": manifest.to_dict(), "idle_cpu": idle,
             "floor": _floor(bridge.plan, times, block, rounds * block, out)}

@@ -301,7 +301,10 @@ def test_replicas_rows_from_a_run():
                      # both unselected replicas' process CPU over the same spans; the core
                      # slower in the later steps: each pair still reads 1.02
                      "together_cpu": {str(s): [0.0102 * s, 0.010 * s]
-                                      for s in range(steps + 1, steps + 9)}},
+                                      for s in range(steps + 1, steps + 9)},
+                     # the side sent first changes every two steps
+                     "together_first": {str(s): "off" if (s // 2) % 2 else "on"
+                                        for s in range(steps + 1, steps + 9)}},
            "bare": [0.002] * steps,
            "manifest": {"step_windows": [[1], [3], [5], [7]],
                         "processes": [{"group": "rollout_replicas", "rank": 0,
@@ -316,14 +319,16 @@ def test_replicas_rows_from_a_run():
     assert "= 1.050x (per round 1.05, 1.05)" in turns[0] and "= 1.200x" in turns[1]
     # the engine thread's CPU, the same on both sides: the process did 5% more beyond it
     assert "engine thread's, on vs off: 1.050x" in turns[3]
-    p3 = replicas._cpu_side_by_side(got, steps, block, turns)
+    p3 = replicas._cpu_side_by_side(got, steps, turns)
     # judged side by side, pair by pair over the window-open steps 11, 13, 15 (9: the first)
     assert p3.ratio == pytest.approx(1.02) and p3.verdict == "PASS" and p3.goal == 1.03
-    assert p3.samples == [pytest.approx(1.02)] * 2 and p3.details[3:] == turns
-    assert "3 steps side by side" in p3.details[2]
-    both = replicas._together(got, steps, block)
+    assert p3.samples == [pytest.approx(1.02)] * 3 and p3.details[4:] == turns
+    assert "3 steps side by side, one sample per 1" in p3.details[2]
+    assert p3.details[3] == ("by the side whose requests went first: on sent first 1.020x "
+                             "(1 of 3 pairs); off sent first 1.020x (2 of 3 pairs)")
+    both = replicas._together(got, steps)
     assert both.ratio == pytest.approx(1.1) and both.verdict == "MISS"
-    assert "same neighbours" in both.metric and len(both.samples) == 2
+    assert "same neighbours" in both.metric and len(both.samples) == 3
     got["manifest"]["processes"].append({"group": "rollout_replicas", "rank": 1,
                                          "under_profiler": True})
     assert replicas._p5(got, floor, profiled, unprofiled).verdict == "N/A"
