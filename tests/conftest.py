@@ -1,5 +1,5 @@
-"""The whole suite: its order on two pytest-xdist workers, Ray's authentication mode, and the
-fault suite's summary line.
+"""The whole suite: its order on two pytest-xdist workers, Ray's authentication mode, the Ray
+work no test needs (switched off), and the fault suite's summary line.
 
 ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile
 --no-loadscope-reorder``): each module stays whole on one worker (one Ray cluster per module
@@ -32,6 +32,13 @@ alone; twice that beside the other worker); every other module keeps its place a
 # a cluster without authentication could not start a local one later (Ray 2.60 turns token
 # mode on for new local clusters), whichever order a worker runs its modules in.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+# The suite is CPU-bound on 2 cores (98% busy over a whole run): Ray's work that no test looks
+# at is switched off for every cluster it starts. Two idle workers prestarted at each driver's
+# first connection (about 100 over the suite, most never used: profiled ranks start under nsys
+# in processes of their own) and every process's metrics export. On test_runtime_nsys.py
+# alone: 111 s and 181 CPU-s with Ray's defaults (twice), 96 s and 157 CPU-s without them.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+os.environ.setdefault("RAY_enable_metrics_collection", "0")
 
 FAULT_COUNTS: Counter = Counter()
 """The fault suite's counts gathered from the workers (``tests.faults.harness.COUNTS``)."""
