@@ -111,7 +111,7 @@ def paired_ratios(on: Sequence[float], off: Sequence[float], chunk: int
     median of the pairs' ratios, and one such median per ``chunk`` pairs (the samples). What
     moves from one moment to the next, the core's speed, cancels inside each pair."""
     ratios = [a / b for a, b in zip(on, off)]
-    return median(ratios), [median(ratios[i:i + chunk]) for i in range(0, len(ratios), chunk)]
+    return median(ratios), [median(part) for part in chunks(ratios, chunk)]
 
 
 def block_ratios(top: Sequence[Sequence[float]], bottom: Sequence[Sequence[float]]

@@ -37,6 +37,7 @@ from benchmarks.common import (
     WORK_DIR,
     Result,
     block_ratios,
+    chunks,
     idle_cpu_rates,
     median,
     paired_ratios,
@@ -156,7 +157,7 @@ def _side_by_side(rows: Dict[bool, List[tuple]], first: int, chunk: int,
     as the ratio of medians (which rank 1 wins the shared core decides each pair's wall time).
     ``context``: detail lines of the CPU row."""
     steps = list(range(first, min(len(rows[True]), len(rows[False])) + 1))
-    chunks = [steps[i:i + chunk] for i in range(0, len(steps), chunk) if steps[i:i + chunk]]
+    groups = chunks(steps, chunk)
     cpu = {on: dict(zip(steps, _deltas(rows[on], steps, 2))) for on in rows}
     both = [s for s in steps if s in cpu[True] and cpu[False].get(s)]
     ratio, samples = paired_ratios([cpu[True][s] for s in both], [cpu[False][s] for s in both],
@@ -171,7 +172,7 @@ def _side_by_side(rows: Dict[bool, List[tuple]], first: int, chunk: int,
                               f"{seen}; the ratio: median of each step's ON / OFF (both at "
                               "once, both unselected ranks on one core); ratio of the medians "
                               f"{median(each[True]) / median(each[False]):.3f}x", *context])
-    wall_samples = block_ratios(*[[_pick(rows[on], c, 0) for c in chunks]
+    wall_samples = block_ratios(*[[_pick(rows[on], c, 0) for c in groups]
                                   for on in (True, False)])
     wall_row = Result("P3 unselected rank, both trainers at once (same neighbours): step time, "
                       "profiling on vs off", median(wall[True]) / median(wall[False]), GOAL,

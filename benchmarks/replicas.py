@@ -28,7 +28,7 @@ import tempfile
 from typing import Any, Dict, List
 
 from benchmarks.bounds import deadline_s, run_bounded
-from benchmarks.common import ROOT, Result, block_ratios, median, paired_ratios, spread
+from benchmarks.common import ROOT, Result, block_ratios, chunks, median, paired_ratios, spread
 from benchmarks.p3_unselected import GOAL as P3_GOAL
 from benchmarks.p5_stall import stall, stall_samples
 from benchmarks.replicas_app import RESULT
@@ -204,10 +204,9 @@ def _together(got: Dict[str, Any], first: int) -> Result:
     if not ratio:
         return Result("P3 unselected replica, both sides at once (same neighbours): generate "
                       "time, profiling on vs off", None, P3_GOAL, note="no steps side by side")
-    size = _per_sample(len(profiled))
-    chunks = [profiled[i:i + size] for i in range(0, len(profiled), size)]
-    samples = block_ratios([[rows[s][1] for s in c] for c in chunks],
-                           [[rows[s][3] for s in c] for c in chunks])
+    groups = chunks(profiled, _per_sample(len(profiled)))
+    samples = block_ratios([[rows[s][1] for s in c] for c in groups],
+                           [[rows[s][3] for s in c] for c in groups])
     every = [rows[s][1] / rows[s][3] for s in steps]
     return Result("P3 unselected replica, both sides at once (same neighbours): generate "
                   "time, profiling on vs off",
