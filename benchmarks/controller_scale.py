@@ -5,7 +5,11 @@ through its RPC layer (:class:`~verlprof.runtime.local_rpc.InProcessRanks`); eac
 at once, so what is timed is the controller's own work per rank per step (start + stop), whole
 and discrete. It is compared with one bare Ray actor call measured in the same run (what the
 real fan-out costs per rank, before any profiler work). Each N runs in a child process so that
-its peak RSS is its own. Also: ``build_plan`` for 512 nodes x 8 GPUs, every component
+its peak RSS is its own. The plans say ``place: at_end``: the child's CPU time is then the
+steps' own, where the placement thread's reaction to each window's close (a look and a manifest
+write, 5-190 ms of CPU at these sizes) would land inside a timed step or not by chance (one
+child once read 1.3 ms at N=1,024 where the others read 6.5-7.1 ms). What placement adds to a
+step is P5 placement's row. Also: ``build_plan`` for 512 nodes x 8 GPUs, every component
 selected, 3 steps, discrete (time and memory, against 64 nodes: linear?), and ``finalize`` with
 its ``manifest.json`` of ~25,000 entries (write, size, reload).
 """
@@ -79,7 +83,7 @@ def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = Fa
     components = (ComponentsConfig(actor=every, rollout=every, ref=every, critic=every, rm=every)
                   if all_components else ComponentsConfig(actor=every))
     cfg = ProfilingConfig(steps=tuple(range(1, STEPS + 1)), tool="torch", output_dir=output_dir,
-                          components=components)
+                          components=components, place="at_end")
     sizes = {"actor_rollout_ref": ranks, "critic": ranks, "rm": ranks} if all_components \
         else {"actor_rollout_ref": ranks}
     return build_plan(cfg, Topology.of(sizes, cuda=False))
@@ -263,8 +267,7 @@ def run(log=print) -> List[Result]:
                            growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)",
                            samples=[r[SIZES[1]][f"{mode}_step_s"] / r[SIZES[0]][f"{mode}_step_s"]
                                     for r in rounds]))
-    # reported, no goal: one figure per size (the first round's processes finalize), and the
-    # placer's last write that finalize waits for is a share of it that varies run to run
+    # reported, no goal: one figure per size (the first round's processes finalize)
     rows.append(Result(
         f"finalize + manifest.json, N={SIZES[1]} / N={SIZES[0]} "
         f"({large['manifest_entries']:,} / {small['manifest_entries']:,} entries)",

@@ -19,6 +19,7 @@ from verlprof.records import (
     ExistingRun,
     Mode,
     OnRankFailure,
+    Place,
     ReportIdentity,
     StepWindow,
     Summarise,
@@ -82,6 +83,8 @@ class RunPolicy:
     """What a run does when output_dir already holds another run (runtime/ownership.py)."""
     summarise: Summarise = ProfilingConfig.summarise
     """When reports are summarised on their nodes (runtime/summarise.py)."""
+    place: Place = ProfilingConfig.place
+    """When closed windows' reports leave their nodes (runtime/placement.py)."""
 
 
 @dataclass(frozen=True)

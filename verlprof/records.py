@@ -25,6 +25,8 @@ ExistingRun = Literal["move_aside", "new_subdir", "refuse", "reuse"]
 """What a run does when its output directory already holds another run's manifest or reports."""
 Summarise = Literal["at_end", "per_window", "off"]
 """When a run summarises reports on the nodes that hold them (``trainer.profiler.summarise``)."""
+Place = Literal["per_window", "at_end"]
+"""When a closed window's reports leave their node (``trainer.profiler.place``)."""
 Transfer = Literal["rename", "ray", "direct", "shared"]
 """How a report reached output_dir: renamed on the controller's node, read over Ray from its
 node, written there by the tool, or renamed where it was because every node mounts output_dir
@@ -79,6 +81,8 @@ EXISTING_RUN: Tuple[ExistingRun, ...] = get_args(ExistingRun)
 """The valid ``existing_run`` values."""
 SUMMARISE: Tuple[Summarise, ...] = get_args(Summarise)
 """The valid ``summarise`` values."""
+PLACE: Tuple[Place, ...] = get_args(Place)
+"""The valid ``place`` values."""
 
 StepWindow = Tuple[int, ...]
 """Training steps one window covers: one step, or a consecutive run when continuous."""

@@ -240,6 +240,7 @@ def test_report_scale_runs_at_tiny_size():
 def test_controller_scale_child_at_tiny_size():
     from benchmarks import controller_scale
 
+    assert controller_scale._plan(16, "/tmp/x", discrete=False).policy.place == "at_end"
     got = controller_scale.child(16)
     assert got["ranks"] == 16 and got["manifest_entries"] == 16 * controller_scale.STEPS
     assert got["whole_step_s"] > 0 and got["discrete_step_s"] > 0 and got["peak_rss_mb"] > 0
@@ -341,6 +342,22 @@ def test_p5_and_p2_rows_carry_their_rounds():
     idle = SessionStatus(identity=ProcessIdentity(host="h", pid=1))
     ratio, growth = p2_fanout._result([times], [idle] * 32)
     assert ratio.samples == [pytest.approx(1.2)] * 2 and growth.samples == [pytest.approx(1.0)] * 2
+
+
+def test_p5_placement_row_has_a_sample_per_run_pair_and_half():
+    from benchmarks import p5_placement
+
+    steps = range(1, p5_placement.STEPS + 1)
+    off = {"wall": {s: 0.05 if s % 2 else 0.01 for s in steps}, "placed": 0,
+           "statuses": ["ok"], "bytes": 1000}
+    on = dict(off, wall={s: w * (1.1 if s <= 12 else 1.0) for s, w in off["wall"].items()},
+              placed=12)
+    row = p5_placement._result({False: [off, off], True: [on, on]})
+    assert row.samples == [pytest.approx(r) for r in (1.1, 1.0, 1.1, 1.0)]
+    assert row.verdict == "WITHIN NOISE"
+    assert "placed while running: [12, 12]" in " ".join(row.details)
+    assert p5_placement.make_plan("/tmp/x", placing=False).policy.place == "at_end"
+    assert p5_placement.make_plan("/tmp/x", placing=True).policy.place == "per_window"
 
 
 def test_build_plan_row_from_fixed_figures():

@@ -96,8 +96,8 @@ def test_the_profiler_block_lists_its_keys_in_the_order_messages_always_used():
     assert profiler_block.KEYS == ("tool", "enabled", "output_dir", "filename_template", "nsys",
                                    "torch", "rocprof_sys", "phases", "rpc_timeout_s",
                                    "finalize_timeout_s", "on_rank_failure", "finish_hook",
-                                   "on_demand", "existing_run", "summarise", "window_delay_s",
-                                   "window_duration_s", "max_total_bytes")
+                                   "on_demand", "existing_run", "summarise", "place",
+                                   "window_delay_s", "window_duration_s", "max_total_bytes")
     assert profiler_block.NSYS_KEYS == ("trigger", "executable", "worker_flags",
                                         "controller_flags")
     assert profiler_block.TORCH_KEYS == ("record_shapes", "profile_memory", "with_stack", "cuda")

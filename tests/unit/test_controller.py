@@ -129,9 +129,10 @@ class Sent(InProcessRanks):
         return super().call(method, targets, args, **kwargs)
 
 
-def plan_of(tmp_path, steps: Sequence[int], *, continuous=False, discrete=False, ranks=(0, 1)):
+def plan_of(tmp_path, steps: Sequence[int], *, continuous=False, discrete=False, ranks=(0, 1),
+            place="per_window"):
     cfg = ProfilingConfig(steps=tuple(steps), continuous_steps=continuous, tool="torch",
-                          output_dir=str(tmp_path), components=ComponentsConfig(
+                          output_dir=str(tmp_path), place=place, components=ComponentsConfig(
                               actor=ComponentConfig(ranks=tuple(ranks), discrete=discrete)))
     return build_plan(cfg, TOPO)
 

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from tests.unit.test_controller import FileCapture, Rank, controller_of, phases, plan_of
@@ -62,6 +63,10 @@ def on_disk(output_dir):
         return None
 
 
+def placement_threads():
+    return {t for t in threading.enumerate() if t.name == "verlprof-placement"}
+
+
 def statuses(manifest):
     return {(e.rank, e.steps): (e.status, e.reason) for e in manifest.reports}
 
@@ -92,11 +97,16 @@ def test_a_closed_window_is_placed_while_the_job_runs_and_finalize_keeps_it(
     step(controller, ranks, 3)
     final = controller.finalize()
 
-    monkeypatch.setattr(placement.Placement, "closed", lambda *a: None)  # as before this
-    base = tmp_path / "before"
-    controller, ranks, _ = controller_of(plan_of(base, [1, 2, 3]))
+    assert controller.placed_while_running >= 4  # step 3's too, unless finalize came first
+    placers = placement_threads()
+    base = tmp_path / "before"  # place: at_end, finalize moves everything as before placement
+    controller, ranks, _ = controller_of(plan_of(base, [1, 2, 3], place="at_end"))
     for n in (1, 2, 3):
         step(controller, ranks, n)
+        time.sleep(0.2)  # time enough for a placer, had it run, to place step n's reports
+        assert on_disk(base) is None and not os.path.exists(journal_path(str(base)))
+    assert controller.placed_while_running == 0
+    assert placement_threads() == placers  # none started
     before = controller.finalize()
 
     def essence(manifest):

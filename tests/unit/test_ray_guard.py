@@ -18,6 +18,7 @@ import types
 
 import pytest
 
+from verlprof.plan_model import RunPolicy
 from verlprof.runtime import placement
 from verlprof.runtime.rank_rpc import RankCalls
 from verlprof.worker.ray_guard import RayGone, ray_connected
@@ -85,7 +86,8 @@ def test_the_placer_thread_ends_quietly_when_ray_is_gone(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     rpc = RankCalls(rpc_timeout_s=10.0)
     rpc.actors[("actor_rollout_ref", 0)] = object()
-    placer = placement.Placement(types.SimpleNamespace(rpc=rpc), targets=list, gathered=list)
+    run = types.SimpleNamespace(rpc=rpc, plan=types.SimpleNamespace(policy=RunPolicy()))
+    placer = placement.Placement(run, targets=list, gathered=list)
     placer._waiting.add(("actor_rollout_ref", 0))  # a closed window whose report is awaited
     thread = threading.Thread(target=placer._run, daemon=True)
     thread.start()

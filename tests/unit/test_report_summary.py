@@ -137,6 +137,16 @@ def test_manifests_without_the_summary_field_still_load(tmp_path):
     assert isinstance(listed, Manifest)
 
 
+def test_the_place_key_is_validated_by_name():
+    base = {"trainer": {"profile_steps": [1], "device": "cpu", "profiler": {}}}
+    assert config_from_dict(base, env={}).profiling.place == "per_window"
+    base["trainer"]["profiler"]["place"] = "at_end"
+    assert config_from_dict(base, env={}).profiling.place == "at_end"
+    base["trainer"]["profiler"]["place"] = "later"
+    with pytest.raises(ConfigError, match=r"^trainer\.profiler\.place: "):
+        config_from_dict(base, env={})
+
+
 def test_the_summarise_key_is_validated_by_name():
     base = {"trainer": {"profile_steps": [1], "device": "cpu", "profiler": {}}}
     assert config_from_dict(base, env={}).profiling.summarise == "at_end"

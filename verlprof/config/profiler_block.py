@@ -22,6 +22,7 @@ from verlprof.config.options import TIME_WINDOW_KEYS, canonical_key
 from verlprof.config.schema import (
     EXISTING_RUN,
     ON_RANK_FAILURE,
+    PLACE,
     SUMMARISE,
     TOOLS,
     TRIGGERS,
@@ -123,6 +124,7 @@ def read(value: Any, draft: Draft) -> Tuple[Optional[str], Optional[str]]:
                               EXISTING_RUN, default=cfg.existing_run),
         summarise=v.choice(block.get("summarise"), f"{PREFIX}.summarise", SUMMARISE,
                            default=cfg.summarise),
+        place=v.choice(block.get("place"), f"{PREFIX}.place", PLACE, default=cfg.place),
         window_delay_s=v.seconds_at_least_zero(block.get("window_delay_s"),
                                                f"{PREFIX}.window_delay_s",
                                                cfg.window_delay_s),

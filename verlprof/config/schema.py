@@ -20,10 +20,12 @@ from typing import Any, Dict, Literal, Mapping, Optional, Tuple, Union, get_args
 from verlprof.config.engine import EngineTorchConfig
 from verlprof.records import EXISTING_RUN as EXISTING_RUN  # re-exported: a config choice
 from verlprof.records import ON_RANK_FAILURE as ON_RANK_FAILURE  # re-exported: a config choice
+from verlprof.records import PLACE as PLACE  # re-exported: a config choice
 from verlprof.records import SUMMARISE as SUMMARISE  # re-exported: a config choice
 from verlprof.records import (
     ExistingRun,
     OnRankFailure,
+    Place,
     Summarise,
     Tool,
     Trigger,
@@ -311,6 +313,15 @@ class ProfilingConfig:
     ``at_end`` after the job (in finalize, on every node at once), ``per_window`` also while
     the job runs, as each window's reports reach the output directory, ``off`` never (then
     ``verlprof report`` reads every report itself, and keeps a summary of each for next time)."""
+
+    place: Place = "per_window"
+    """When a closed window's reports leave the node that wrote them for ``output_dir``:
+    ``per_window`` while the job runs, by a background thread of the controller (at the lowest
+    CPU priority), which also keeps ``manifest.json`` current and the journal ``verlprof
+    collect`` reads if the controller dies; ``at_end`` only in finalize, as before any of that
+    existed: no thread and no bytes moved while the job runs (say, when moving reports over
+    the network could disturb the steps after a window), but a job that dies before finalize
+    leaves its reports where they were written, unlisted."""
 
     window_delay_s: float = 0.0
     """Seconds after its step starts (discrete: after its phase call starts) that each window

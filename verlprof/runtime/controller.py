@@ -203,6 +203,12 @@ class ProfileController:
         RPC raised or timed out are named in the log and warnings, and are still asked."""
         return dict(self._rpc.failed)
 
+    @property
+    def placed_while_running(self) -> int:
+        """Reports placed in output_dir so far while the job runs (``trainer.profiler.place``:
+        always 0 with ``at_end``)."""
+        return len(self._placement.placed)
+
     # -- steps -----------------------------------------------------------------------------
     @contextmanager
     def step(self, step: int) -> Iterator[None]:

@@ -94,6 +94,8 @@ class Placement:
     def __init__(self, run: RunContext, *, targets: Callable[[], List[Target]],
                  gathered: Callable[[], List[ReportEntry]], poll_s: float = POLL_S,
                  max_poll_s: float = MAX_POLL_S):
+        """Idle from the start when the plan says ``place: at_end``: no thread, no event
+        kept, and :meth:`merge` moves every report as finalize did before this module."""
         self.context = run
         self._targets = targets
         """The controller's processes now: registered, then added on demand."""
@@ -108,7 +110,7 @@ class Placement:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._write_lock = threading.Lock()
-        self._finished = False
+        self._finished = run.plan.policy.place == "at_end"
         self._local = node_id()
         self._pending: Dict[Tuple[Target, str, str], ReportEntry] = {}
         self._plans_of: Optional[Any] = None
