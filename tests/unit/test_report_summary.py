@@ -137,21 +137,13 @@ def test_manifests_without_the_summary_field_still_load(tmp_path):
     assert isinstance(listed, Manifest)
 
 
-def test_the_place_key_is_validated_by_name():
+@pytest.mark.parametrize("key, default, other", [("summarise", "at_end", "per_window"),
+                                                  ("place", "per_window", "at_end")])
+def test_when_keys_are_validated_by_name(key, default, other):
     base = {"trainer": {"profile_steps": [1], "device": "cpu", "profiler": {}}}
-    assert config_from_dict(base, env={}).profiling.place == "per_window"
-    base["trainer"]["profiler"]["place"] = "at_end"
-    assert config_from_dict(base, env={}).profiling.place == "at_end"
-    base["trainer"]["profiler"]["place"] = "later"
-    with pytest.raises(ConfigError, match=r"^trainer\.profiler\.place: "):
-        config_from_dict(base, env={})
-
-
-def test_the_summarise_key_is_validated_by_name():
-    base = {"trainer": {"profile_steps": [1], "device": "cpu", "profiler": {}}}
-    assert config_from_dict(base, env={}).profiling.summarise == "at_end"
-    base["trainer"]["profiler"]["summarise"] = "per_window"
-    assert config_from_dict(base, env={}).profiling.summarise == "per_window"
-    base["trainer"]["profiler"]["summarise"] = "always"
-    with pytest.raises(ConfigError, match=r"^trainer\.profiler\.summarise: "):
+    assert getattr(config_from_dict(base, env={}).profiling, key) == default
+    base["trainer"]["profiler"][key] = other
+    assert getattr(config_from_dict(base, env={}).profiling, key) == other
+    base["trainer"]["profiler"][key] = "always"
+    with pytest.raises(ConfigError, match=rf"^trainer\.profiler\.{key}: "):
         config_from_dict(base, env={})
