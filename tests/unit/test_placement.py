@@ -106,7 +106,7 @@ def test_a_closed_window_is_placed_while_the_job_runs_and_finalize_keeps_it(
         time.sleep(0.2)  # time enough for a placer, had it run, to place step n's reports
         assert on_disk(base) is None and not os.path.exists(journal_path(str(base)))
     assert controller.placed_while_running == 0
-    assert placement_threads() == placers  # none started
+    assert placement_threads() <= placers  # none started (another test's may have ended)
     before = controller.finalize()
 
     def essence(manifest):
