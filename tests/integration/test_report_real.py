@@ -70,12 +70,9 @@ def _place(out, src, steps, group, rank, backend, pid, start_ns=None, end_ns=Non
                   window_start_ns=start_ns, window_end_ns=end_ns)
 
 
-@pytest.fixture(scope="session")
-def nsys_run(tmp_path_factory):
-    exe = require_nsys()
-    out = str(tmp_path_factory.mktemp("nsys_run"))
-    raw = os.path.join(out, paths.RAW_DIR)
-    os.makedirs(raw)
+def _three_sessions(exe, raw):
+    """The controller and two ranks, each under its own nsys, on one wall-clock schedule; the
+    apps' logs by name, or None with what each failed session printed."""
     t0 = time.time() + 3.0
     jobs = {"controller": (["controller", "--t0", str(t0)], 1),
             "rank0": (["worker", "--t0", str(t0)], 2),
@@ -92,11 +89,33 @@ def nsys_run(tmp_path_factory):
         t.start()
     for t in threads:
         t.join()
-    logs = {}
+    logs, failed = {}, []
     for name in jobs:
         assert not results[name].timed_out, name
-        with open(os.path.join(raw, f"{name}.json")) as handle:
-            logs[name] = json.load(handle)
+        try:
+            with open(os.path.join(raw, f"{name}.json")) as handle:
+                logs[name] = json.load(handle)
+        except FileNotFoundError:
+            done = results[name]
+            failed.append(f"{name}: exit {done.returncode}, {(done.stdout + done.stderr)[-600:]}")
+    return (logs, "") if not failed else (None, "\n".join(failed))
+
+
+@pytest.fixture(scope="session")
+def nsys_run(tmp_path_factory):
+    exe = require_nsys()
+    out = str(tmp_path_factory.mktemp("nsys_run"))
+    raw = os.path.join(out, paths.RAW_DIR)
+    os.makedirs(raw)
+    # once in a full suite on 2 busy cores one of three nsys 2022.4 sessions started at once
+    # ended without running its app (passes alone): the three go again, on a new schedule
+    logs, failed = _three_sessions(exe, raw)
+    if logs is None:
+        print(f"nsys sessions failed, running the three again:\n{failed}")
+        shutil.rmtree(raw)
+        os.makedirs(raw)
+        logs, failed = _three_sessions(exe, raw)
+    assert logs is not None, failed
     entries = []
     pid = logs["controller"]["pid"]
     os.makedirs(os.path.join(out, paths.CONTROLLER_DIR))
