@@ -4,11 +4,17 @@ The real :class:`~verlprof.runtime.controller.ProfileController` drives in-proce
 through its RPC layer (:class:`~verlprof.runtime.local_rpc.InProcessRanks`); each rank answers
 at once, so what is timed is the controller's own work per rank per step (start + stop), whole
 and discrete. It is compared with one bare Ray actor call measured in the same run (what the
-real fan-out costs per rank, before any profiler work). Each N runs in a child process so that
-its peak RSS is its own. The plans say ``place: at_end``: the child's CPU time is then the
-steps' own, where the placement thread's reaction to each window's close (a look and a manifest
-write, 5-190 ms of CPU at these sizes) would land inside a timed step or not by chance (one
-child once read 1.3 ms at N=1,024 where the others read 6.5-7.1 ms). What placement adds to a
+real fan-out costs per rank, before any profiler work).
+
+Each N runs once in a child process of its own, so that its peak RSS and its finalize are its
+own. The growth 8,192 / 1,024 is then taken in processes that hold both controllers and step
+them by turns (:func:`paired_child`): a process on this machine runs its whole life at one
+speed, and a ratio of two processes carried that factor (per round 3.9x to 11.9x for the same
+code, 4.1x and 13.0x in one run); inside one process it cancels (7.41-7.61x in that run).
+
+The plans say ``place: at_end``: the child's CPU time is then the steps' own, where the
+placement thread's reaction to each window's close (a look and a manifest write, 5-190 ms of
+CPU at these sizes) would land inside a timed step or not by chance. What placement adds to a
 step is P5 placement's row. Also: ``build_plan`` for 512 nodes x 8 GPUs, every component
 selected, 3 steps, discrete (time and memory, against 64 nodes: linear?), and ``finalize`` with
 its ``manifest.json`` of ~25,000 entries (write, size, reload).
@@ -23,7 +29,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from benchmarks.bounds import deadline_s, ray_get, run_bounded
 from benchmarks.common import ROOT, Result, median, peak_rss_kib, ratios, run_standalone
@@ -36,10 +42,12 @@ PER_RANK_GOAL = 0.1
 """The controller's own cost per rank per step <= this x one bare Ray actor call."""
 LINEAR_GOAL = 8.8
 PLAN_ROUNDS = 5
-CHILD_ROUNDS = 3
-"""Processes per N, interleaved: a few seconds of interference from other work on a shared
-machine then spoil one of them, not the ratio."""
 """cost(8,192) / cost(1,024) <= this (8 would be exactly linear)."""
+CHILD_ROUNDS = 3
+"""Processes holding both sizes (:func:`paired_child`), one after the other: a few seconds of
+interference from other work on a shared machine then spoil one of them, not the ratio."""
+PAIRED_STEPS = 6
+"""Steps per size and mode in a paired process, the sizes by turns (the cheapest is kept)."""
 
 
 class InstantRank:
@@ -74,7 +82,8 @@ class InstantRank:
                 for w in self.process.windows]
 
 
-def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = False):
+def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = False,
+          steps: int = STEPS):
     from verlprof.config.schema import ComponentConfig, ComponentsConfig, ProfilingConfig
     from verlprof.config.topology import Topology
     from verlprof.plan import build_plan
@@ -82,29 +91,67 @@ def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = Fa
     every = ComponentConfig(all_ranks=True, discrete=discrete)
     components = (ComponentsConfig(actor=every, rollout=every, ref=every, critic=every, rm=every)
                   if all_components else ComponentsConfig(actor=every))
-    cfg = ProfilingConfig(steps=tuple(range(1, STEPS + 1)), tool="torch", output_dir=output_dir,
+    cfg = ProfilingConfig(steps=tuple(range(1, steps + 1)), tool="torch", output_dir=output_dir,
                           components=components, place="at_end")
     sizes = {"actor_rollout_ref": ranks, "critic": ranks, "rm": ranks} if all_components \
         else {"actor_rollout_ref": ranks}
     return build_plan(cfg, Topology.of(sizes, cuda=False))
 
 
-def child(ranks: int, finalize: bool = True) -> Dict[str, Any]:
-    """One N, in its own process: per-step controller cost (whole, discrete), finalize and the
-    manifest at this size (unless not ``finalize``), and the process's peak RSS."""
-    from verlprof.manifest import read_manifest
+def _controller(ranks: int, discrete: bool, steps: int = STEPS):
+    """A controller over ``ranks`` instant in-process ranks (placement held to finalize)."""
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.local_rpc import InProcessRanks
 
+    plan = _plan(ranks, tempfile.mkdtemp(prefix="verlprof-bench-ctl-"), discrete, steps=steps)
+    controller = ProfileController(plan, rpc=InProcessRanks(), echo=False, preflight=False,
+                                   handle_signals=False)
+    controller.register_group("actor_rollout_ref",
+                              [InstantRank(plan.process("actor_rollout_ref", r))
+                               for r in range(ranks)])
+    return plan, controller
+
+
+def _timed_step(controller: Any, step: int) -> Tuple[float, float]:
+    """CPU and wall seconds of one ``with controller.step(step)`` holding no phase (start +
+    stop). The ranks answer in this thread: the step is CPU work alone, and its CPU time is
+    what other processes on a shared machine inflate least."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    with controller.step(step):
+        pass
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def paired_child(sizes: Sequence[int] = SIZES, steps: int = PAIRED_STEPS) -> Dict[str, Any]:
+    """Every size's controller in this one process, stepped by turns (the first size first on
+    odd steps, the last on even ones), whole then discrete: the least CPU per step of each, so
+    that their ratio holds no factor of the process."""
+    out: Dict[str, Any] = {}
+    for mode in ("whole", "discrete"):
+        controllers = [_controller(n, mode == "discrete", steps)[1] for n in sizes]
+        gc.collect()  # as in child: building the plans' collections happen now, not in a step
+        gc.freeze()
+        cpu: Dict[int, List[float]] = {n: [] for n in sizes}
+        for step in range(1, steps + 1):
+            turn = list(zip(sizes, controllers))
+            for n, controller in turn if step % 2 else reversed(turn):
+                cpu[n].append(_timed_step(controller, step)[0])
+        gc.unfreeze()
+        for n in sizes:
+            out.setdefault(str(n), {})[f"{mode}_step_s"] = min(cpu[n])
+        del controllers
+        gc.collect()
+    return out
+
+
+def child(ranks: int) -> Dict[str, Any]:
+    """One N, in its own process: per-step controller cost (whole, discrete), finalize and the
+    manifest at this size, and the process's peak RSS."""
+    from verlprof.manifest import read_manifest
+
     out: Dict[str, Any] = {"ranks": ranks}
     for mode in ("whole", "discrete"):
-        work = tempfile.mkdtemp(prefix="verlprof-bench-ctl-")
-        plan = _plan(ranks, work, discrete=mode == "discrete")
-        controller = ProfileController(plan, rpc=InProcessRanks(), echo=False, preflight=False,
-                                       handle_signals=False)
-        controller.register_group("actor_rollout_ref",
-                                  [InstantRank(plan.process("actor_rollout_ref", r))
-                                   for r in range(ranks)])
+        plan, controller = _controller(ranks, discrete=mode == "discrete")
         # the collections that building 8,192 ranks and their plan owes happen now, as they
         # would long before the first step of a real run, not inside the timed steps; then the
         # heap is frozen: a step's collections would otherwise now and then walk the whole
@@ -112,19 +159,11 @@ def child(ranks: int, finalize: bool = True) -> Dict[str, Any]:
         # back-to-back runs read the growth 2.8x and 10.4x (whole), 19.2x and 2.7x (discrete)
         gc.collect()
         gc.freeze()
-        times, cpu = [], []
-        for step in range(1, STEPS + 1):
-            t0, c0 = time.perf_counter(), time.process_time()
-            with controller.step(step):
-                pass
-            cpu.append(time.process_time() - c0)
-            times.append(time.perf_counter() - t0)
-        # the ranks answer in this thread: the step is CPU work alone, and its CPU time is
-        # what other processes on a shared machine inflate least (wall time is reported too)
+        cpu, times = zip(*(_timed_step(controller, step) for step in range(1, STEPS + 1)))
         out[f"{mode}_step_s"] = min(cpu)
         out[f"{mode}_wall_s"] = median(times)
         gc.unfreeze()
-        if mode == "whole" and finalize:
+        if mode == "whole":
             t0 = time.perf_counter()
             controller.finalize()
             out["finalize_s"] = time.perf_counter() - t0
@@ -229,45 +268,54 @@ def bare_ray_call_s(rounds: int = 200) -> float:
     return median(times)
 
 
-def run_child(ranks: int, finalize: bool) -> Dict[str, Any]:
-    argv = [sys.executable, "-m", "benchmarks.controller_scale", "--child", str(ranks)]
-    done = run_bounded("controller-child", argv + ([] if finalize else ["--no-finalize"]),
-                       deadline_s(120, 0.2, ranks), f"the controller over {ranks} ranks",
-                       cwd=ROOT)
+def run_child(ranks: int) -> Dict[str, Any]:
+    return _child_json(["--child", str(ranks)], deadline_s(120, 0.2, ranks),
+                       f"the controller over {ranks} ranks")
+
+
+def run_paired() -> Dict[int, Dict[str, float]]:
+    got = _child_json(["--paired"], deadline_s(120, 0.4, sum(SIZES)),
+                      f"the controllers over {' and '.join(map(str, SIZES))} ranks by turns")
+    return {int(n): figures for n, figures in got.items()}
+
+
+def _child_json(args: List[str], deadline: float, what: str) -> Dict[str, Any]:
+    done = run_bounded("controller-child", [sys.executable, "-m", "benchmarks.controller_scale",
+                                            *args], deadline, what, cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"N={ranks}: {done.stderr[-400:]}")
+        raise RuntimeError(f"{what}: {done.stderr[-400:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run(log=print) -> List[Result]:
-    children = {n: run_child(n, finalize=True) for n in SIZES}
-    rounds = [{n: dict(children[n]) for n in SIZES}]
-    for _ in range(CHILD_ROUNDS - 1):  # interleaved; each N keeps its cheapest step
-        rounds.append({})
-        for n in SIZES:
-            again = rounds[-1][n] = run_child(n, finalize=False)
-            for key in ("whole_step_s", "discrete_step_s"):
-                children[n][key] = min(children[n][key], again[key])
+    children = {n: run_child(n) for n in SIZES}
+    paired = [run_paired() for _ in range(CHILD_ROUNDS)]
     bare = bare_ray_call_s()
     small, large = (children[n] for n in SIZES)
     rows: List[Result] = []
     for mode in ("whole", "discrete"):
-        per_rank = large[f"{mode}_step_s"] / large["ranks"]
-        growth = large[f"{mode}_step_s"] / small[f"{mode}_step_s"]
+        key = f"{mode}_step_s"
+        least = {n: min([children[n][key]] + [p[n][key] for p in paired]) for n in SIZES}
         rows.append(Result(
             f"Controller per rank per step at N={SIZES[1]} ({mode}) vs one bare Ray call",
-            per_rank / bare, PER_RANK_GOAL,
-            samples=[r[SIZES[1]][f"{mode}_step_s"] / SIZES[1] / bare for r in rounds],
-            details=[f"N={n}: {children[n][f'{mode}_step_s'] * 1e3:.1f} ms CPU per step "
-                     f"(least of {STEPS} x {CHILD_ROUNDS} processes; start + stop; median wall "
+            least[SIZES[1]] / SIZES[1] / bare, PER_RANK_GOAL,
+            samples=[p[SIZES[1]][key] / SIZES[1] / bare for p in paired],
+            details=[f"N={n}: {least[n] * 1e3:.1f} ms CPU per step (least of {1 + CHILD_ROUNDS} "
+                     f"processes; start + stop; median wall in a process of its own "
                      f"{children[n][f'{mode}_wall_s'] * 1e3:.1f} ms), "
-                     f"{children[n][f'{mode}_step_s'] / n * 1e6:.2f} us per rank"
+                     f"{least[n] / n * 1e6:.2f} us per rank"
                      for n in SIZES] + [f"bare Ray actor call: {bare * 1e6:.0f} us"]))
-        rows.append(Result(f"Controller step cost N={SIZES[1]} / N={SIZES[0]} ({mode})",
-                           growth, LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)",
-                           samples=[r[SIZES[1]][f"{mode}_step_s"] / r[SIZES[0]][f"{mode}_step_s"]
-                                    for r in rounds]))
-    # reported, no goal: one figure per size (the first round's processes finalize)
+        growth = [p[SIZES[1]][key] / p[SIZES[0]][key] for p in paired]
+        rows.append(Result(
+            f"Controller step cost N={SIZES[1]} / N={SIZES[0]} ({mode})", median(growth),
+            LINEAR_GOAL, goal_text=f"<= {LINEAR_GOAL:g}x (linear: 8x)", samples=growth,
+            details=[f"{CHILD_ROUNDS} processes each stepping both controllers by turns "
+                     f"(least of {PAIRED_STEPS} steps each): "
+                     + ", ".join(f"{p[SIZES[1]][key] * 1e3:.1f} / {p[SIZES[0]][key] * 1e3:.2f} ms"
+                                 for p in paired),
+                     f"in two processes of their own (one each, a ratio of two processes' "
+                     f"speeds too): {large[key] / small[key]:.3f}x"]))
+    # reported, no goal: one figure per size (each size's own process finalizes)
     rows.append(Result(
         f"finalize + manifest.json, N={SIZES[1]} / N={SIZES[0]} "
         f"({large['manifest_entries']:,} / {small['manifest_entries']:,} entries)",
@@ -289,7 +337,9 @@ def run(log=print) -> List[Result]:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--plans"]:
         print(json.dumps({"costs": plan_costs(), "calls": {n: plan_calls(n) for n in (64, 512)}}))
+    elif sys.argv[1:] == ["--paired"]:
+        print(json.dumps(paired_child()))
     elif len(sys.argv) >= 3 and sys.argv[1] == "--child":
-        print(json.dumps(child(int(sys.argv[2]), finalize="--no-finalize" not in sys.argv)))
+        print(json.dumps(child(int(sys.argv[2]))))
     else:
         run_standalone(run)

@@ -31,11 +31,32 @@ def test_a_row_whose_spread_holds_its_goal_is_within_noise():
     assert common.Result("P3 x", 1.0, 1.03, samples=[1.0]).verdict == "PASS"  # one round
     text = table([noisy])
     assert text.splitlines()[0].split() == ["metric", "ratio", "min", "/", "median", "/", "max",
-                                            "(rounds)", "goal", "verdict"]
-    assert text.splitlines()[2].endswith("WITHIN NOISE") and "0.950 / 1.010 / 1.080" in text
+                                            "(rounds)", "goal", "verdict", "holds"]
+    assert "WITHIN NOISE" in text.splitlines()[2] and "0.950 / 1.010 / 1.080" in text
     assert "1 WITHIN NOISE: P3" in summary([noisy, common.Result("P4 y", 2.0, 1.3)])
     assert common.ratios([2.0, 3.0], [1.0, 2.0]) == [2.0, 1.5]
     assert common.block_ratios([[1, 2, 3], [4]], [[1, 1, 1], [2]]) == [2.0, 2.0]
+
+
+def test_how_often_a_verdict_holds_follows_the_rows_own_noise():
+    # every round just under the goal: PASS, but runs like it often put one round over
+    close = common.Result("P5 x", 0.96, 1.0, samples=[0.92, 0.96, 0.96, 0.99])
+    assert close.verdict == "PASS" and close.holds is not None and 0.4 < close.holds < 0.9
+    # the same spread far from the goal: every run like it passes
+    far = common.Result("C x", 7.4, 8.8, samples=[7.36, 7.4, 7.4, 7.43])
+    assert far.verdict == "PASS" and far.holds == 1.0 and far.holds_text == "100%"
+    # a goal in the middle of a wide spread: WITHIN NOISE nearly always
+    wide = common.Result("P2 x", 1.0, 1.1, samples=[0.6, 0.9, 1.2, 1.5, 1.8])
+    assert wide.verdict == "WITHIN NOISE" and wide.holds is not None and wide.holds > 0.9
+    # seeded: the same samples, the same figure; no goal or one sample: no figure
+    assert common.verdict_holds(0.96, 1.0, (0.92, 0.96, 0.96, 0.99)) == close.holds
+    assert common.Result("m", 1.0, None, samples=[1.0, 1.1]).holds_text == "-"
+    assert common.Result("m", 1.0, 1.03, samples=[1.0]).holds is None
+    assert "verdict holds" in close.line() and "verdict holds" not in \
+        common.Result("m", 1.0, 1.03).line()
+    text = summary([close, far, wide])
+    assert text.endswith("1 whose verdict holds in under 90% of runs like this: P5")
+    assert text.splitlines()[0].startswith("3 rows, 0 MISS")
 
 
 def test_a_row_left_out_on_purpose_says_how_to_run_it():
@@ -250,15 +271,21 @@ def test_controller_scale_child_at_tiny_size():
 def test_controller_scale_reports_finalize_growth_as_info(monkeypatch):
     from benchmarks import controller_scale
 
-    def child(n: int, finalize: bool = True) -> dict:
-        got = {"ranks": n, "whole_step_s": n * 1e-6, "discrete_step_s": n * 2e-6,
-               "whole_wall_s": 1.0, "discrete_wall_s": 1.0, "peak_rss_mb": 10.0}
-        if finalize:
-            got.update(finalize_s=n * 1e-3, manifest_bytes=n * 100, reload_s=n * 1e-4,
-                       manifest_entries=3 * n)
-        return got
+    def child(n: int) -> dict:
+        return {"ranks": n, "whole_step_s": n * 1e-6, "discrete_step_s": n * 2e-6,
+                "whole_wall_s": 1.0, "discrete_wall_s": 1.0, "peak_rss_mb": 10.0,
+                "finalize_s": n * 1e-3, "manifest_bytes": n * 100, "reload_s": n * 1e-4,
+                "manifest_entries": 3 * n}
+
+    speeds = iter([1.0, 1.5, 0.8])  # each paired process at a speed of its own
+
+    def paired() -> dict:
+        speed = next(speeds)
+        return {n: {"whole_step_s": speed * n * 1e-6, "discrete_step_s": speed * n * 2e-6}
+                for n in controller_scale.SIZES}
 
     monkeypatch.setattr(controller_scale, "run_child", child)
+    monkeypatch.setattr(controller_scale, "run_paired", paired)
     monkeypatch.setattr(controller_scale, "bare_ray_call_s", lambda: 1e-3)
     monkeypatch.setattr(controller_scale, "plan_costs_in_child", lambda: None)
     monkeypatch.setattr(controller_scale, "plan_row", lambda _: common.Result("plan", 1.0, 8.8))
@@ -268,6 +295,17 @@ def test_controller_scale_reports_finalize_growth_as_info(monkeypatch):
     row = rows["finalize + manifest.json"]
     assert row.ratio == pytest.approx(large / small) and row.verdict == "INFO"
     assert f"({3 * large:,} / {3 * small:,} entries)" in row.metric
+    # the growth is taken inside each paired process: its own speed cancels
+    growth = rows[f"Controller step cost N={large} / N={small} (whole)"]
+    assert growth.samples == pytest.approx([large / small] * 3) and growth.verdict == "PASS"
+
+
+def test_controller_scale_paired_child_steps_both_sizes_at_tiny_size():
+    from benchmarks import controller_scale
+
+    got = controller_scale.paired_child(sizes=(8, 32), steps=2)
+    assert set(got) == {"8", "32"}
+    assert all(got[n]["whole_step_s"] > 0 and got[n]["discrete_step_s"] > 0 for n in got)
 
 
 def test_on_demand_launches_the_armed_plan_and_serves_at_tiny_size(tmp_path):
