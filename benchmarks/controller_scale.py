@@ -41,8 +41,8 @@ other processes on a shared machine only add to it, through caches and frequency
 PER_RANK_GOAL = 0.1
 """The controller's own cost per rank per step <= this x one bare Ray actor call."""
 LINEAR_GOAL = 8.8
-PLAN_ROUNDS = 5
 """cost(8,192) / cost(1,024) <= this (8 would be exactly linear)."""
+PLAN_ROUNDS = 5
 CHILD_ROUNDS = 3
 """Processes holding both sizes (:func:`paired_child`), one after the other: a few seconds of
 interference from other work on a shared machine then spoil one of them, not the ratio."""
@@ -98,12 +98,12 @@ def _plan(ranks: int, output_dir: str, discrete: bool, all_components: bool = Fa
     return build_plan(cfg, Topology.of(sizes, cuda=False))
 
 
-def _controller(ranks: int, discrete: bool, steps: int = STEPS):
+def _controller(ranks: int, output_dir: str, discrete: bool, steps: int = STEPS):
     """A controller over ``ranks`` instant in-process ranks (placement held to finalize)."""
     from verlprof.runtime.controller import ProfileController
     from verlprof.runtime.local_rpc import InProcessRanks
 
-    plan = _plan(ranks, tempfile.mkdtemp(prefix="verlprof-bench-ctl-"), discrete, steps=steps)
+    plan = _plan(ranks, output_dir, discrete, steps=steps)
     controller = ProfileController(plan, rpc=InProcessRanks(), echo=False, preflight=False,
                                    handle_signals=False)
     controller.register_group("actor_rollout_ref",
@@ -128,18 +128,21 @@ def paired_child(sizes: Sequence[int] = SIZES, steps: int = PAIRED_STEPS) -> Dic
     that their ratio holds no factor of the process."""
     out: Dict[str, Any] = {}
     for mode in ("whole", "discrete"):
-        controllers = [_controller(n, mode == "discrete", steps)[1] for n in sizes]
-        gc.collect()  # as in child: building the plans' collections happen now, not in a step
-        gc.freeze()
-        cpu: Dict[int, List[float]] = {n: [] for n in sizes}
-        for step in range(1, steps + 1):
-            turn = list(zip(sizes, controllers))
-            for n, controller in turn if step % 2 else reversed(turn):
-                cpu[n].append(_timed_step(controller, step)[0])
-        gc.unfreeze()
+        # the output dirs go with the mode (left in /tmp, a bench run's came to 1.5 GB)
+        with tempfile.TemporaryDirectory(prefix="verlprof-bench-ctl-") as work:
+            controllers = [_controller(n, os.path.join(work, str(n)), mode == "discrete",
+                                       steps)[1] for n in sizes]
+            gc.collect()  # as in child: the plans' collections happen now, not in a step
+            gc.freeze()
+            cpu: Dict[int, List[float]] = {n: [] for n in sizes}
+            for step in range(1, steps + 1):
+                turn = list(zip(sizes, controllers))
+                for n, controller in turn if step % 2 else reversed(turn):
+                    cpu[n].append(_timed_step(controller, step)[0])
+            gc.unfreeze()
+            del controllers
         for n in sizes:
             out.setdefault(str(n), {})[f"{mode}_step_s"] = min(cpu[n])
-        del controllers
         gc.collect()
     return out
 
@@ -151,27 +154,29 @@ def child(ranks: int) -> Dict[str, Any]:
 
     out: Dict[str, Any] = {"ranks": ranks}
     for mode in ("whole", "discrete"):
-        plan, controller = _controller(ranks, discrete=mode == "discrete")
-        # the collections that building 8,192 ranks and their plan owes happen now, as they
-        # would long before the first step of a real run, not inside the timed steps; then the
-        # heap is frozen: a step's collections would otherwise now and then walk the whole
-        # plan (a full collection, rare in a long run whose old heap is stable); unfrozen, two
-        # back-to-back runs read the growth 2.8x and 10.4x (whole), 19.2x and 2.7x (discrete)
-        gc.collect()
-        gc.freeze()
-        cpu, times = zip(*(_timed_step(controller, step) for step in range(1, STEPS + 1)))
-        out[f"{mode}_step_s"] = min(cpu)
-        out[f"{mode}_wall_s"] = median(times)
-        gc.unfreeze()
-        if mode == "whole":
-            t0 = time.perf_counter()
-            controller.finalize()
-            out["finalize_s"] = time.perf_counter() - t0
-            path = os.path.join(plan.output_dir, "manifest.json")
-            out["manifest_bytes"] = os.path.getsize(path)
-            t0 = time.perf_counter()
-            out["manifest_entries"] = len(read_manifest(plan.output_dir).reports)
-            out["reload_s"] = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory(prefix="verlprof-bench-ctl-") as work:
+            plan, controller = _controller(ranks, work, discrete=mode == "discrete")
+            # the collections that building 8,192 ranks and their plan owes happen now, as
+            # they would long before the first step of a real run, not inside the timed
+            # steps; then the heap is frozen: a step's collections would otherwise now and
+            # then walk the whole plan (a full collection, rare in a long run whose old heap
+            # is stable); unfrozen, two back-to-back runs read the growth 2.8x and 10.4x
+            # (whole), 19.2x and 2.7x (discrete)
+            gc.collect()
+            gc.freeze()
+            cpu, times = zip(*(_timed_step(controller, step) for step in range(1, STEPS + 1)))
+            out[f"{mode}_step_s"] = min(cpu)
+            out[f"{mode}_wall_s"] = median(times)
+            gc.unfreeze()
+            if mode == "whole":
+                t0 = time.perf_counter()
+                controller.finalize()
+                out["finalize_s"] = time.perf_counter() - t0
+                out["manifest_bytes"] = os.path.getsize(os.path.join(plan.output_dir,
+                                                                    "manifest.json"))
+                t0 = time.perf_counter()
+                out["manifest_entries"] = len(read_manifest(plan.output_dir).reports)
+                out["reload_s"] = time.perf_counter() - t0
     out["peak_rss_mb"] = peak_rss_kib() / 1024
     return out
 
