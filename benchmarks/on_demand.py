@@ -17,15 +17,21 @@ Three rows, each measured side by side in this run:
   (each taken and decided at a step boundary, the rank's plan extended over its RPC; the
   windows asked lie beyond the run, so that the steps measured hold no open window and only
   the serving is timed). Mean step wall time, serving vs quiet blocks (goal 1.03x).
-- **request to first window**: requests for ``next:1`` sent at random moments inside a step;
-  the time from the request to the rank's ``verlprof_start`` of its window, in steps
-  (goal <= 1 step).
+- **request to first window**: requests for ``next:1`` sent at random moments inside a step.
+  A window opens at a step boundary, so the wait until the next boundary is the step's own
+  remainder, fixed by when the request came and not by verlprof (it made this row read 0.92
+  steps in one run and 1.28 in the next, requests sent in the first 4 ms of a 10-13 ms step).
+  The row is what the controller adds: from the first boundary after the request to the
+  rank's ``verlprof_start`` of its window, in steps, plus one step for each boundary the
+  request waited past (goal <= 1 step: the window opens at the next boundary). The whole
+  wait, request to window, is printed beside it.
 
 Every wait has a deadline (:mod:`benchmarks.bounds`): a stall is a FAIL row naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import random
@@ -231,7 +237,7 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
                 if thread.is_alive():
                     raise Stalled("serving: the asking thread did not stop within 10 s")
         step_s = median(times[False]) / 1e9
-        latencies = _latencies(controller, ranks, channel, starts, probes, step)
+        probed = _probes(controller, ranks, channel, starts, probes, step, step_s)
     finally:
         stop.set()
         controller.finalize(timeout_s=deadline_s(60))
@@ -252,13 +258,46 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
                  "moves it too)",
                  f"requests sent {len(asked)}, refused at the desk {len(refused)}; decided with "
                  f"the latency probes {len(decisions)}, accepted {accepted}"])
-    latency_row = Result(
-        "on-demand: request to its first window, in steps", median(latencies) / step_s,
-        LATENCY_GOAL, goal_text=f"<= {LATENCY_GOAL:g} step",
-        samples=[latency / step_s for latency in latencies],
-        details=[f"{len(latencies)} requests for next:1: median {median(latencies) * 1e3:.1f} ms"
-                 f", max {max(latencies) * 1e3:.1f} ms; a quiet step {step_s * 1e3:.2f} ms"])
-    return [serving_row, latency_row]
+    return [serving_row, latency_row(probed, step_s)]
+
+
+def latency_row(probes: List[Probe], step_s: float) -> Result:
+    """The row from the probes: each one's boundaries waited past plus what its boundary took
+    before the window, in steps of ``step_s`` (a quiet step's median)."""
+    added = [p.skipped + p.boundary_s / step_s for p in probes]
+    waits = [p.wait_s for p in probes]
+    return Result(
+        "on-demand: request to its first window, past the next step boundary, in steps",
+        median(added), LATENCY_GOAL, goal_text=f"<= {LATENCY_GOAL:g} step (the next boundary)",
+        samples=added,
+        details=[f"{len(probes)} requests for next:1 at random moments of a step: "
+                 f"{sum(1 for p in probes if not p.skipped)} opened at the next boundary; the "
+                 f"boundary's work before the window: median "
+                 f"{median([p.boundary_s for p in probes]) * 1e3:.2f} ms",
+                 f"request to window (the rest of its step included): median "
+                 f"{median(waits) * 1e3:.1f} ms = {median(waits) / step_s:.2f} steps, max "
+                 f"{max(waits) * 1e3:.1f} ms; a quiet step {step_s * 1e3:.2f} ms"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One request for ``next:1``: when it was sent, the step boundaries after it (each the
+    moment a step's ``controller.step`` was entered), and when its window opened."""
+
+    wait_s: float
+    """From the request to the rank's ``verlprof_start``."""
+    boundary_s: float
+    """From the boundary that opened the window to its ``verlprof_start``."""
+    skipped: int
+    """Boundaries after the request that did not open its window (0: it opened at the next)."""
+
+
+def probe(sent: float, boundaries: List[float], started: float) -> Probe:
+    """A request taken at a boundary's poll opens at that boundary: the last one entered
+    before the window started. Those entered between the request and it were waited past."""
+    opened = max(b for b in boundaries if b <= started)
+    return Probe(wait_s=started - sent, boundary_s=started - opened,
+                 skipped=sum(1 for b in boundaries if sent < b < opened))
 
 
 def _send(channel, request, sent: List[float]) -> None:
@@ -266,31 +305,33 @@ def _send(channel, request, sent: List[float]) -> None:
     channel.submit(request)
 
 
-def _latencies(controller, ranks, channel, starts: _TimedStarts, probes: int,
-               step: int) -> List[float]:
+def _probes(controller, ranks, channel, starts: _TimedStarts, probes: int,
+               step: int, step_s: float) -> List[Probe]:
     """Each probe: a request sent at a random moment inside a step, then steps until rank 1
     starts its window (bounded)."""
     from verlprof.records import CaptureRequest
 
-    out: List[float] = []
+    out: List[Probe] = []
     rng = random.Random(28)
     for n in range(probes):
         seen = len(starts.at)
         sent: List[float] = []
+        boundaries: List[float] = []
         request = CaptureRequest(id=f"p{n}", token=TOKEN, steps="next:1", group=GROUP,
                                  ranks=(1,))
-        timer = threading.Timer(rng.uniform(0.0, 0.004), _send, (channel, request, sent))
+        timer = threading.Timer(rng.uniform(0.0, step_s), _send, (channel, request, sent))
         deadline = time.monotonic() + deadline_s(30)
         step += 1
         timer.start()
         while len(starts.at) == seen:
             if time.monotonic() > deadline:
                 raise Stalled(f"request to first window: probe {n} opened no window in 30 s")
+            boundaries.append(time.perf_counter())
             with controller.step(step):
                 _work(ranks, step)
             step += 1
         timer.join()
-        out.append(starts.at[seen] - sent[0])
+        out.append(probe(sent[0], boundaries, starts.at[seen]))
         for _ in range(2):  # let the window close before the next probe
             with controller.step(step):
                 _work(ranks, step)

@@ -317,7 +317,24 @@ def test_on_demand_launches_the_armed_plan_and_serves_at_tiny_size(tmp_path):
     serving, latency = on_demand.run_serving(blocks=2, block_s=1.5, probes=1, log=lambda _: None)
     assert serving.ratio is not None and serving.goal == 1.03
     assert "refused at the desk 0" in serving.details[-1]
-    assert latency.ratio is not None and latency.goal_text == "<= 1 step"
+    assert latency.ratio is not None and latency.goal_text == "<= 1 step (the next boundary)"
+
+
+def test_request_latency_counts_from_the_next_boundary():
+    from benchmarks import on_demand
+
+    # a request 2 ms into a 10 ms step, its window 0.5 ms into the next boundary
+    on_time = on_demand.probe(sent=2.0, boundaries=[0.0, 10.0, 20.0], started=10.5)
+    assert (on_time.skipped, on_time.boundary_s, on_time.wait_s) == (0, 0.5, 8.5)
+    # taken at the boundary it came in (sent during that boundary's entry, before its poll)
+    assert on_demand.probe(sent=10.1, boundaries=[0.0, 10.0], started=10.4).skipped == 0
+    # a request that waited past one boundary reads over a step, whatever its step's rest
+    late = on_demand.probe(sent=2.0, boundaries=[0.0, 10.0, 20.0], started=20.5)
+    assert late.skipped == 1
+    row = on_demand.latency_row([on_time] * 5 + [late], step_s=10.0)
+    assert row.samples[-1] == 1.05 and row.ratio == 0.05
+    assert row.verdict == "WITHIN NOISE" and "5 opened at the next boundary" in row.details[0]
+    assert on_demand.latency_row([on_time] * 6, step_s=10.0).verdict == "PASS"
 
 
 def test_replicas_rows_from_a_run():
@@ -402,11 +419,13 @@ def test_p5_placement_row_has_a_sample_per_run_pair_and_half():
 def test_build_plan_row_from_fixed_figures():
     from benchmarks import controller_scale
 
-    got = {"costs": {"64": [[0.2, 10752], [0.25, 10752]], "512": [[1.7, 86016], [2.4, 86016]]},
+    got = {"costs": {"64": [[0.2, 10752, 2000], [0.25, 10752, 2000]],
+                     "512": [[1.7, 86016, 16000], [2.4, 86016, 16000]]},
            "calls": {"64": 398_016, "512": 3_182_784}}
     row = controller_scale.plan_row(got)
     assert row.samples == [pytest.approx(8.5), pytest.approx(9.6)]
     assert row.verdict == "WITHIN NOISE" and "7.997x" in row.details[-1]
+    assert "16,000 minor page faults" in row.details[1]
 
 
 def test_gpu_rows_without_a_gpu_say_so_in_one_line(monkeypatch, capsys):
