@@ -150,6 +150,9 @@ def test_p3_cpu_per_step_and_the_side_by_side_row():
     assert wall.ratio == pytest.approx(1.2) and wall.verdict == "MISS" and len(wall.samples) == 2
     assert wall.details[2] == "process CPU per step: on 0.00 ms, off 0.00 ms"
     assert "same neighbours" in wall.metric and wall.goal == p3_unselected.GOAL
+    # the CPU row's samples may be longer than the wall row's blocks
+    cpu, wall = p3_unselected._side_by_side(rows, first=3, chunk=3, cpu_chunk=6)
+    assert len(cpu.samples) == 1 and len(wall.samples) == 2 and "one sample per 6" in cpu.details[2]
 
 
 def test_p3_cpu_row_pairs_each_on_step_with_the_off_step_beside_it():
