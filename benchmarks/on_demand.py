@@ -281,8 +281,8 @@ def latency_row(probes: List[Probe], step_s: float) -> Result:
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """One request for ``next:1``: when it was sent, the step boundaries after it (each the
-    moment a step's ``controller.step`` was entered), and when its window opened."""
+    """One request for ``next:1``, timed against the step boundaries (each the moment a step's
+    ``controller.step`` was entered)."""
 
     wait_s: float
     """From the request to the rank's ``verlprof_start``."""
@@ -306,9 +306,9 @@ def _send(channel, request, sent: List[float]) -> None:
 
 
 def _probes(controller, ranks, channel, starts: _TimedStarts, probes: int,
-               step: int, step_s: float) -> List[Probe]:
-    """Each probe: a request sent at a random moment inside a step, then steps until rank 1
-    starts its window (bounded)."""
+            step: int, step_s: float) -> List[Probe]:
+    """Each probe: a request sent at a random moment of a step (uniform over a quiet step's
+    length), then steps until rank 1 starts its window (bounded)."""
     from verlprof.records import CaptureRequest
 
     out: List[Probe] = []

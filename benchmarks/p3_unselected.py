@@ -59,9 +59,9 @@ GOAL = 1.03
 CPU_PAIRS_PER_SAMPLE = 24
 """Side-by-side steps per sample of the CPU row: 72 pairs make 3 samples. With 6 samples of
 12, one sample in two runs out of three went past 1.03 (holds 29-61%, medians 0.99-1.01x);
-the pairs' ratios are steady enough that 3 medians of 24 spread 0.99-1.02. The wall row keeps
-samples of ``block`` steps: which rank wins the shared core moves it by 10-25% a block, and 3
-blocks would hide that spread rather than measure it."""
+the pairs' ratios are steady enough that 3 medians of 24 lay within 0.976-1.014 in six runs
+(every one PASS). The wall row keeps samples of ``block`` steps: which rank wins the shared
+core moves it by 10-25% a block, and 3 blocks would hide that spread rather than measure it."""
 
 
 def make_trainer(steps: int, on: bool, output_dir: str):
