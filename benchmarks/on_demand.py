@@ -261,24 +261,6 @@ def run_serving(blocks: int = 8, block_s: float = 6.0, probes: int = 6, log=prin
     return [serving_row, latency_row(probed, step_s)]
 
 
-def latency_row(probes: List[Probe], step_s: float) -> Result:
-    """The row from the probes: each one's boundaries waited past plus what its boundary took
-    before the window, in steps of ``step_s`` (a quiet step's median)."""
-    added = [p.skipped + p.boundary_s / step_s for p in probes]
-    waits = [p.wait_s for p in probes]
-    return Result(
-        "on-demand: request to its first window, past the next step boundary, in steps",
-        median(added), LATENCY_GOAL, goal_text=f"<= {LATENCY_GOAL:g} step (the next boundary)",
-        samples=added,
-        details=[f"{len(probes)} requests for next:1 at random moments of a step: "
-                 f"{sum(1 for p in probes if not p.skipped)} opened at the next boundary; the "
-                 f"boundary's work before the window: median "
-                 f"{median([p.boundary_s for p in probes]) * 1e3:.2f} ms",
-                 f"request to window (the rest of its step included): median "
-                 f"{median(waits) * 1e3:.1f} ms = {median(waits) / step_s:.2f} steps, max "
-                 f"{max(waits) * 1e3:.1f} ms; a quiet step {step_s * 1e3:.2f} ms"])
-
-
 @dataclasses.dataclass(frozen=True)
 class Probe:
     """One request for ``next:1``, timed against the step boundaries (each the moment a step's
@@ -298,6 +280,24 @@ def probe(sent: float, boundaries: List[float], started: float) -> Probe:
     opened = max(b for b in boundaries if b <= started)
     return Probe(wait_s=started - sent, boundary_s=started - opened,
                  skipped=sum(1 for b in boundaries if sent < b < opened))
+
+
+def latency_row(probes: List[Probe], step_s: float) -> Result:
+    """The row from the probes: each one's boundaries waited past plus what its boundary took
+    before the window, in steps of ``step_s`` (a quiet step's median)."""
+    added = [p.skipped + p.boundary_s / step_s for p in probes]
+    waits = [p.wait_s for p in probes]
+    return Result(
+        "on-demand: request to its first window, past the next step boundary, in steps",
+        median(added), LATENCY_GOAL, goal_text=f"<= {LATENCY_GOAL:g} step (the next boundary)",
+        samples=added,
+        details=[f"{len(probes)} requests for next:1 at random moments of a step: "
+                 f"{sum(1 for p in probes if not p.skipped)} opened at the next boundary; the "
+                 f"boundary's work before the window: median "
+                 f"{median([p.boundary_s for p in probes]) * 1e3:.2f} ms",
+                 f"request to window (the rest of its step included): median "
+                 f"{median(waits) * 1e3:.1f} ms = {median(waits) / step_s:.2f} steps, max "
+                 f"{max(waits) * 1e3:.1f} ms; a quiet step {step_s * 1e3:.2f} ms"])
 
 
 def _send(channel, request, sent: List[float]) -> None:
