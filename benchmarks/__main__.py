@@ -27,7 +27,8 @@ import uuid
 from typing import Callable, Dict, List
 
 from benchmarks.bounds import RUN_ENV, Stalled, end_marked
-from benchmarks.common import HOLDS_FIRM, Result, machine
+from benchmarks.common import HOLDS_FIRM, Result, machine, same_everywhere
+from benchmarks.history import RUNS_DIR
 
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
@@ -127,18 +128,24 @@ def table(results: List[Result]) -> str:
 
 
 def summary(results: List[Result]) -> str:
-    """The closing line: rows, misses, rows within their noise."""
+    """The closing line: rows, misses, rows within their noise, and what another run like
+    this one is expected to change (from each row's ``holds``)."""
     misses = [r.metric.split(" ")[0] for r in results
               if r.verdict in ("MISS", "N/A") or r.failure]
     noisy = [r.metric.split(" ")[0] for r in results if r.verdict == "WITHIN NOISE"]
+    holds = [r.holds for r in results if r.holds is not None]
     loose = [r.metric.split(" ")[0] for r in results
              if r.holds is not None and r.holds < HOLDS_FIRM]
+    expected = (f"; another run like this is expected to change {sum(1 - h for h in holds):.1f} "
+                f"verdicts, and to give every row the same one in "
+                f"{same_everywhere(holds):.0%} of runs" if holds else "")
     return (f"{len(results)} rows, {len(misses)} MISS, FAIL or not measured"
             + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
             + f"; {len(noisy)} WITHIN NOISE"
             + (f": {', '.join(dict.fromkeys(noisy))}" if noisy else "")
             + f"; {len(loose)} whose verdict holds in under {HOLDS_FIRM:.0%} of runs like this"
-            + (f": {', '.join(dict.fromkeys(loose))}" if loose else ""))
+            + (f": {', '.join(dict.fromkeys(loose))}" if loose else "")
+            + expected)
 
 
 def main(argv: List[str]) -> int:
@@ -151,7 +158,14 @@ def main(argv: List[str]) -> int:
                         help="P4 on 100 MB reports too (its set takes ~14 min to make once)")
     parser.add_argument("--only", default=",".join(METRICS),
                         help=f"comma-separated subset of {','.join(METRICS + P4_PARTS)}")
+    parser.add_argument("--compare", nargs="*", metavar="RUN",
+                        help="print which rows changed verdict between two saved runs "
+                        f"(files under {os.path.relpath(RUNS_DIR)}; none named: the latest "
+                        "two), then exit; every run saves its rows there and compares itself "
+                        "with the previous run of the same command")
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        return _compare(args.compare)
     only = {m.strip() for m in args.only.split(",") if m.strip()}
     unknown = only - set(METRICS + P4_PARTS)
     if unknown:
@@ -183,7 +197,8 @@ def main(argv: List[str]) -> int:
 
 def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
     size = SIZES["quick" if args.quick else "full"]
-    began = time.perf_counter()
+    began, started = time.perf_counter(), time.time()
+    load_start = _load()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     log("verlprof benchmarks" + (" (--quick: sizes too small to mean anything)"
                                  if args.quick else ""))
@@ -191,7 +206,7 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
         log(f"  {key}: {value}")
     log(f"  command: python -m benchmarks {' '.join(argv)}".rstrip())
     log(f"  processes of this run carry {RUN_ENV}={os.environ[RUN_ENV]}")
-    log(f"  load average at start: {_load()} (other work on this machine skews every figure)")
+    log(f"  load average at start: {load_start} (other work on this machine skews every figure)")
     results: List[Result] = []
 
     if "p1" in only:
@@ -279,11 +294,45 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
             results += guarded("GPU", lambda: gpu.run(rounds=1 if quick else 2,
                                                       steps=12 if quick else 30,
                                                       warmup=4 if quick else 10, log=log))
+    seconds, load_end = time.perf_counter() - began, _load()
     log("")
     log(table(results))
     log("\n" + summary(results)
-        + f"; total {time.perf_counter() - began:.0f} s; load average at the end: {_load()}")
+        + f"; total {seconds:.0f} s; load average at the end: {load_end}")
     log("seconds per part: " + ", ".join(f"{k} {v:.0f}" for k, v in PART_SECONDS.items()))
+    _keep(results, argv, seconds, load_start, load_end, started)
+    return 0
+
+
+def _keep(results: List[Result], argv: List[str], seconds: float, load_start: str,
+          load_end: str, started: float) -> None:
+    """Save this run's rows and print what changed since the previous run like it."""
+    from benchmarks import history
+
+    run = history.run_record(results, argv, seconds, load_start, load_end, started=started)
+    try:
+        before = history.previous(run)
+        path = history.save(run)
+    except OSError as err:  # the table is printed already: a full disk costs only the record
+        log(f"rows not saved: {err}")
+        return
+    log(f"rows saved: {os.path.relpath(path)}")
+    if before is None:
+        log("no earlier run of this command on this machine to compare with")
+        return
+    for line in history.render(before, run, history.compare(before, run)):
+        log(line)
+
+
+def _compare(paths: List[str]) -> int:
+    from benchmarks import history
+
+    try:
+        lines = history.compare_saved(paths)
+    except ValueError as err:
+        print(f"python -m benchmarks: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

@@ -3,6 +3,8 @@ asserts on a time: only on shapes, verdict logic and behaviour."""
 
 import json
 import os
+import random
+import statistics
 
 import pytest
 
@@ -46,8 +48,8 @@ def test_how_often_a_verdict_holds_follows_the_rows_own_noise():
     # the same spread far from the goal: every run like it passes
     far = common.Result("C x", 7.4, 8.8, samples=[7.36, 7.4, 7.4, 7.43])
     assert far.verdict == "PASS" and far.holds == 1.0 and far.holds_text == "100%"
-    # a goal in the middle of a wide spread: WITHIN NOISE nearly always
-    wide = common.Result("P2 x", 1.0, 1.1, samples=[0.6, 0.9, 1.2, 1.5, 1.8])
+    # a goal in the middle of a wide spread of nine rounds: WITHIN NOISE nearly always
+    wide = common.Result("P2 x", 1.2, 1.2, samples=[0.6 + 0.15 * i for i in range(9)])
     assert wide.verdict == "WITHIN NOISE" and wide.holds is not None and wide.holds > 0.9
     # seeded: the same samples, the same figure; no goal or one sample: no figure
     assert common.verdict_holds(0.96, 1.0, (0.92, 0.96, 0.96, 0.99)) == close.holds
@@ -56,8 +58,29 @@ def test_how_often_a_verdict_holds_follows_the_rows_own_noise():
     assert "verdict holds" in close.line() and "verdict holds" not in \
         common.Result("m", 1.0, 1.03).line()
     text = summary([close, far, wide])
-    assert text.endswith("1 whose verdict holds in under 90% of runs like this: P5")
+    assert "1 whose verdict holds in under 90% of runs like this: P5;" in text
     assert text.splitlines()[0].startswith("3 rows, 0 MISS")
+    # what another run is expected to change: the rows' 1 - holds summed, and the chance that
+    # every row keeps its verdict: their product
+    left = 3 - (close.holds + far.holds + wide.holds)
+    assert f"expected to change {left:.1f} verdicts" in text
+    assert f"same one in {close.holds * far.holds * wide.holds:.0%} of runs" in text
+
+
+def test_holds_counts_that_a_run_does_not_know_its_own_centre_or_spread():
+    # 120 runs of a row whose true law sits 1.25 deviations under its goal: about half of
+    # two such runs agree. Taking each run's median and deviation as the truth called
+    # that 0.73 on average; drawing them from what the samples say of them is nearer
+    rng = random.Random(7)
+    runs = []
+    for _ in range(120):
+        samples = tuple(rng.gauss(0.95, 0.04) for _ in range(4))
+        runs.append((common.judge(common.median(samples), 1.0, samples),
+                     common.verdict_holds(common.median(samples), 1.0, samples, draws=400)))
+    agree = statistics.mean(a[0] == b[0] for i, a in enumerate(runs) for b in runs[i + 1:])
+    predicted = statistics.mean(h for _, h in runs)
+    assert 0.45 < agree < 0.65 and abs(predicted - agree) < 0.15
+    assert common.same_everywhere([0.5, 0.5, 1.0]) == 0.25
 
 
 def test_a_row_left_out_on_purpose_says_how_to_run_it():
