@@ -138,7 +138,7 @@ def summary(results: List[Result]) -> str:
              if r.holds is not None and r.holds < HOLDS_FIRM]
     expected = (f"; another run like this is expected to change {sum(1 - h for h in holds):.1f} "
                 f"verdicts, and to give every row the same one in "
-                f"{same_everywhere(holds):.0%} of runs" if holds else "")
+                f"{_share(same_everywhere(holds))} of runs" if holds else "")
     return (f"{len(results)} rows, {len(misses)} MISS, FAIL or not measured"
             + (f": {', '.join(dict.fromkeys(misses))}" if misses else "")
             + f"; {len(noisy)} WITHIN NOISE"
@@ -146,6 +146,12 @@ def summary(results: List[Result]) -> str:
             + f"; {len(loose)} whose verdict holds in under {HOLDS_FIRM:.0%} of runs like this"
             + (f": {', '.join(dict.fromkeys(loose))}" if loose else "")
             + expected)
+
+
+def _share(value: float) -> str:
+    """A share as a percentage, with two decimals under 1% (a product of 37 rows' holds is
+    often 0.01-0.1%: "0%" would hide which)."""
+    return f"{value:.0%}" if value >= 0.01 else f"{value:.2%}"
 
 
 def main(argv: List[str]) -> int:

@@ -78,6 +78,9 @@ class Comparison:
     """Rows held in at least ``HOLDS_FIRM`` of runs like each of the two."""
     firm_changed: int
     """Of those, how many changed verdict anyway (a firm verdict that moved)."""
+    expected: float
+    """How many of the rows in both the earlier run expected to change: its ``1 - holds``
+    summed (what ``holds`` is worth, checked on every pair of runs)."""
     only_before: Tuple[str, ...]
     only_after: Tuple[str, ...]
 
@@ -161,8 +164,10 @@ def compare(before: RunRecord, after: RunRecord) -> Comparison:
     changed = tuple(Change(before=old[m], after=new[m]) for m in both
                     if old[m].verdict != new[m].verdict)
     firm = [m for m in both if _firm(old[m]) and _firm(new[m])]
+    expected = sum(1 - h for h in (old[m].holds for m in both) if h is not None)
     return Comparison(compared=len(both), changed=changed, firm_both=len(firm),
                       firm_changed=sum(old[m].verdict != new[m].verdict for m in firm),
+                      expected=expected,
                       only_before=tuple(m for m in old if m not in new),
                       only_after=tuple(m for m in new if m not in old))
 
@@ -175,9 +180,10 @@ def render(before: RunRecord, after: RunRecord, comparison: Comparison) -> List[
     """What changed, as lines: the headline first, then one line per changed row."""
     c = comparison
     lines = [f"against {before.started} (commit {before.commit}, {before.seconds:.0f} s): "
-             f"same verdict on {c.compared - len(c.changed)} of {c.compared} rows; "
-             f"of the {c.firm_both} rows that held in {HOLDS_FIRM:.0%} or more of runs like "
-             f"each, {c.firm_changed} changed"]
+             f"same verdict on {c.compared - len(c.changed)} of {c.compared} rows "
+             f"({len(c.changed)} changed, {c.expected:.1f} expected by the earlier run's "
+             f"holds); of the {c.firm_both} rows that held in {HOLDS_FIRM:.0%} or more of runs "
+             f"like each, {c.firm_changed} changed"]
     if before.commit != after.commit:
         lines.append(f"  (the code differs: {before.commit} then {after.commit})")
     for change in c.changed:

@@ -3,6 +3,8 @@ Fixed rows, no timing."""
 
 import json
 
+import pytest
+
 from benchmarks import __main__ as bench
 from benchmarks import history
 from benchmarks.common import Result
@@ -52,9 +54,12 @@ def test_compare_names_each_changed_row_with_both_verdicts_and_holds():
         (2, 1, ("P4 gone",), ("P4 new",))
     assert c.changed[0].before.verdict == "PASS" and c.changed[0].after.verdict == "WITHIN NOISE"
     assert (c.firm_both, c.firm_changed) == (1, 0)  # the firm row kept its verdict
+    assert c.expected == pytest.approx((1 - FIRM.holds) + (1 - CLOSE.holds))
     lines = history.render(before, after, c)
+    expected = 2 - FIRM.holds - CLOSE.holds
     assert lines[0].startswith("against 2026-12-02T04:00:00Z (commit abc1234, 700 s): same "
-                               "verdict on 1 of 2 rows; of the 1 rows that held in 90% or more")
+                               f"verdict on 1 of 2 rows (1 changed, {expected:.1f} expected by "
+                               "the earlier run's holds); of the 1 rows that held in 90% or more")
     assert lines[0].endswith(", 0 changed")
     assert "the code differs: abc1234 then def5678+changes" in lines[1]
     assert lines[2] == (f"  changed: P5 whole: 0.960x PASS, holds {CLOSE.holds:.0%} -> "

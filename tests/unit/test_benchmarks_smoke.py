@@ -65,6 +65,8 @@ def test_how_often_a_verdict_holds_follows_the_rows_own_noise():
     left = 3 - (close.holds + far.holds + wide.holds)
     assert f"expected to change {left:.1f} verdicts" in text
     assert f"same one in {close.holds * far.holds * wide.holds:.0%} of runs" in text
+    # 14 rows like ``close`` (58% each): 0.05%, with its decimals rather than "0%"
+    assert "every row the same one in 0.05% of runs" in summary([close] * 14)
 
 
 def test_holds_counts_that_a_run_does_not_know_its_own_centre_or_spread():
