@@ -26,9 +26,9 @@ import traceback
 import uuid
 from typing import Callable, Dict, List
 
+from benchmarks import history
 from benchmarks.bounds import RUN_ENV, Stalled, end_marked
 from benchmarks.common import HOLDS_FIRM, Result, machine, same_everywhere
-from benchmarks.history import RUNS_DIR
 
 SIZES = {
     "full": dict(p1_number=1_000_000, p1_rounds=9, peer_rounds=3, p2_rounds=40,
@@ -166,7 +166,7 @@ def main(argv: List[str]) -> int:
                         help=f"comma-separated subset of {','.join(METRICS + P4_PARTS)}")
     parser.add_argument("--compare", nargs="*", metavar="RUN",
                         help="print which rows changed verdict between two saved runs "
-                        f"(files under {os.path.relpath(RUNS_DIR)}; none named: the latest "
+                        f"(files under {os.path.relpath(history.RUNS_DIR)}; none named: the latest "
                         "two), then exit; every run saves its rows there and compares itself "
                         "with the previous run of the same command")
     args = parser.parse_args(argv)
@@ -313,8 +313,6 @@ def _run(args: argparse.Namespace, only: set, argv: List[str]) -> int:
 def _keep(results: List[Result], argv: List[str], seconds: float, load_start: str,
           load_end: str, started: float) -> None:
     """Save this run's rows and print what changed since the previous run like it."""
-    from benchmarks import history
-
     run = history.run_record(results, argv, seconds, load_start, load_end, started=started)
     try:
         before = history.previous(run)
@@ -331,8 +329,6 @@ def _keep(results: List[Result], argv: List[str], seconds: float, load_start: st
 
 
 def _compare(paths: List[str]) -> int:
-    from benchmarks import history
-
     try:
         lines = history.compare_saved(paths)
     except ValueError as err:
