@@ -14,7 +14,22 @@ set -euo pipefail
 NSYS=${NSYS:-nsys}
 PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# every process of this smoke's `nsys profile` runs carries this mark in its environment (the
+# variable verlprof's own nsys runs are marked by): nsys may leave its agent (`nsys
+# --start-agent`) behind its run, and on exit the smoke ends what it left, never another job's
+mark="verlprof-smoke-$$-$RANDOM"
+cleanup() {
+  "$PYTHON" - "$mark" <<'PY' >/dev/null 2>&1 || true
+import sys
+
+from verlprof.backends.nsys.cli import DEFAULT_LINGER_S
+from verlprof.backends.nsys.procs import settle_marked
+
+settle_marked(sys.argv[1], DEFAULT_LINGER_S)
+PY
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 fail() { echo "verlprof-smoke: $*" >&2; exit 1; }
 
@@ -60,7 +75,7 @@ profile() {  # profile <name> <trigger options...> -- <program>
   local opts=()
   while [ "$1" != "--" ]; do opts+=("$1"); shift; done
   shift
-  NSYS_NVTX_PROFILER_REGISTER_ONLY=0 timeout 180 "$NSYS" profile --sample=none --cpuctxsw=none \
+  VERLPROF_NSYS_RUN="$mark" NSYS_NVTX_PROFILER_REGISTER_ONLY=0 timeout 180 "$NSYS" profile --sample=none --cpuctxsw=none \
     "${opts[@]}" --capture-range-end=repeat:1 --force-overwrite=true \
     --output="$work/$name" "$@" >"$work/$name.log" 2>&1 || true
   local reports=("$work/$name"*.nsys-rep)

@@ -16,7 +16,7 @@ from typing import Dict
 
 from tests.docs import snippets
 from tests.docs.snippets import ROOT
-from tests.helpers import require_nsys, skip_or_fail
+from tests.helpers import assert_no_leaked_agents, require_nsys, skip_or_fail
 
 DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
 DOCKERIGNORE = os.path.join(ROOT, "docker", "Dockerfile.dockerignore")
@@ -94,6 +94,7 @@ def test_smoke_script_records_verlprof_nvtx_under_real_nsys():
     shown = next(b for b in snippets.blocks("docker/README.md")
                  if b.lang == "text" and "verlprof-smoke: ok" in b.text)
     assert proc.stdout.splitlines()[1:] == shown.text.splitlines()[1:]
+    assert_no_leaked_agents()  # the smoke ends any agent its nsys left behind
 
 
 def test_smoke_script_fails_when_nothing_is_recorded():
@@ -104,3 +105,4 @@ def test_smoke_script_fails_when_nothing_is_recorded():
                           timeout=300)
     assert proc.returncode != 0
     assert "nsys wrote no report" in proc.stderr
+    assert_no_leaked_agents()  # a failed smoke too (one was left behind in a full run once)

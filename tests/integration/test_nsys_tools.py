@@ -261,6 +261,32 @@ def _orphaned_cli(nsys_exe, output: Path, marker: str, **extra_env: str):
     return cli.pid, mine, temps
 
 
+def test_settle_marked_ends_what_an_nsys_run_left_behind_and_nothing_else(nsys_exe, tmp_path):
+    """What ``run_nsys`` and docker/smoke.sh do after an nsys CLI exited: its agent, still
+    there after the linger, is ended; an agent carrying another mark is left alone."""
+    mine, other = uuid.uuid4().hex, uuid.uuid4().hex
+    _MARKERS.extend([mine, other])
+    temps: set = set()
+    try:
+        _, own, own_temps = _orphaned_cli(nsys_exe, tmp_path / "own", mine)
+        _, foreign, foreign_temps = _orphaned_cli(nsys_exe, tmp_path / "foreign", other)
+        temps |= own_temps | foreign_temps
+        assert marked_processes(mine) and marked_processes(other)
+        t0 = time.monotonic()
+        killed = nsys_cli.settle_marked(mine, 1.0)
+        assert time.monotonic() - t0 >= 1.0  # the linger came first
+        assert {a.pid for a in own} <= set(killed) and not marked_processes(mine)
+        assert {a.pid for a in foreign} <= set(marked_processes(other)), "another mark's ended"
+        assert nsys_cli.settle_marked(mine, 1.0) == []  # nothing left: no wait, no signal
+    finally:
+        killed = nsys_cli.terminate_processes(
+            lambda: marked_processes(mine) + marked_processes(other))
+        for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
+            if os.path.exists(p):
+                os.unlink(p)
+    assert not marked_processes(mine) and not marked_processes(other)
+
+
 def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
     """Issue 30: a run's teardown (settle_profilers) ends the agent its own profiler
     orphaned, and leaves a foreign orphaned agent on the same machine (another job's nsys,

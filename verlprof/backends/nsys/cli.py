@@ -36,6 +36,7 @@ from verlprof.backends.nsys.procs import (  # noqa: F401  (re-exported: one impo
     orphan_agents,
     proc_info,
     reap_orphan_agents,
+    settle_marked,
     terminate_processes,
 )
 from verlprof.backends.nsys.reports import ReportWait, wait_for_reports  # noqa: F401
@@ -194,11 +195,7 @@ def run_nsys(argv: Sequence[str], timeout_s: float, *, env: Optional[Dict[str, s
         proc.wait()
         raise
     else:
-        end = time.monotonic() + linger_s
-        while marked_processes(marker) and time.monotonic() < end:
-            time.sleep(0.05)
-        if marked_processes(marker):
-            killed = terminate_processes(lambda: marked_processes(marker), grace_s=kill_grace_s)
+        killed = settle_marked(marker, linger_s, grace_s=kill_grace_s)
     rc = proc.returncode if proc.returncode is not None else -9
     result = NsysResult(args, rc, _decode(out), _decode(err), timed_out=timed_out,
                         killed=killed, elapsed_s=time.monotonic() - t0, pid=proc.pid,

@@ -171,6 +171,18 @@ def terminate_processes(find: Callable[[], Iterable[int]], grace_s: float = DEFA
     return sorted(signalled)
 
 
+def settle_marked(marker: str, linger_s: float,
+                  grace_s: float = DEFAULT_KILL_GRACE_S) -> List[int]:
+    """After an nsys CLI exited: what still carries ``MARKER_ENV=marker`` (its agent finishing
+    up) gets ``linger_s`` to exit, then is ended. Returns every PID signalled."""
+    end = time.monotonic() + linger_s
+    while marked_processes(marker) and time.monotonic() < end:
+        time.sleep(0.05)
+    if not marked_processes(marker):
+        return []
+    return terminate_processes(lambda: marked_processes(marker), grace_s=grace_s)
+
+
 # ---------------------------------------------------------------------------- orphan agents
 
 
