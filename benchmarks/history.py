@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import dacite
 
 from benchmarks.common import HOLDS_FIRM, ROOT, WORK_DIR, Result
+from verlprof.manifest import write_json_atomically
 
 RUNS_DIR = os.path.join(WORK_DIR, "runs")
 """Where each run's record goes (git-ignored, with the rest of ``benchmarks/.work``); read when
@@ -113,14 +114,12 @@ def run_record(results: Sequence[Result], command: Sequence[str], seconds: float
 
 
 def save(run: RunRecord, directory: Optional[str] = None) -> str:
-    directory = directory or RUNS_DIR
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, run.started.replace(":", "") + ".json")
-    partial = path + ".partial"  # a run stopped mid-write leaves no half record
-    with open(partial, "w") as handle:
-        json.dump(dataclasses.asdict(run), handle, indent=1)
-    os.replace(partial, path)
-    return path
+    """The run as ``<UTC start>.json``, one row per line, written atomically (a run stopped
+    mid-write, or a full disk, leaves no half record)."""
+    data = dataclasses.asdict(run)
+    data["rows"] = list(data["rows"])  # a list of records: laid out one per line
+    return write_json_atomically(directory or RUNS_DIR, run.started.replace(":", "") + ".json",
+                                 data, for_people=True)
 
 
 def load(path: str) -> RunRecord:

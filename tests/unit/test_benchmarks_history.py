@@ -24,7 +24,10 @@ OVER = Result("P5 whole", 0.99, 1.0, samples=[0.93, 0.99, 1.0, 1.04])
 def test_a_run_saved_loads_back_as_it_was(tmp_path):
     run = _run("2026-12-02T04:10:12Z", [FIRM, CLOSE, Result("Memory", 1.07, None)])
     path = history.save(run, str(tmp_path))
-    assert path.endswith("2026-12-02T041012Z.json") and not list(tmp_path.glob("*.partial"))
+    assert path.endswith("2026-12-02T041012Z.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["2026-12-02T041012Z.json"]  # no temp file
+    lines = (tmp_path / "2026-12-02T041012Z.json").read_text().splitlines()
+    assert len(lines) == 1 + 6 + 1 + 3 + 1 + 1  # {, six fields, "rows": [, a row a line, ], }
     back = history.load(path)
     assert back == run
     assert back.rows[0].samples == (7.36, 7.4, 7.4, 7.43) and back.rows[2].verdict == "INFO"
