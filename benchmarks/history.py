@@ -26,8 +26,15 @@ from benchmarks.common import HOLDS_FIRM, ROOT, WORK_DIR, Result
 from verlprof.manifest import write_json_atomically
 
 RUNS_DIR = os.path.join(WORK_DIR, "runs")
-"""Where each run's record goes (git-ignored, with the rest of ``benchmarks/.work``); read when
-a function is called, so that a test may point it elsewhere."""
+"""Where each run's record goes by default (git-ignored, with the rest of ``benchmarks/.work``);
+read when a function is called, so that a test may point it elsewhere."""
+RUNS_ENV = "VERLPROF_BENCH_RUNS"
+"""Set: the records go there instead (a test that runs the whole bench in a process of its
+own keeps its planted hangs out of this machine's history)."""
+
+
+def runs_dir() -> str:
+    return os.environ.get(RUNS_ENV) or RUNS_DIR
 
 
 @dataclass(frozen=True)
@@ -118,8 +125,8 @@ def save(run: RunRecord, directory: Optional[str] = None) -> str:
     mid-write, or a full disk, leaves no half record)."""
     data = dataclasses.asdict(run)
     data["rows"] = list(data["rows"])  # a list of records: laid out one per line
-    return write_json_atomically(directory or RUNS_DIR, run.started.replace(":", "") + ".json",
-                                 data, for_people=True)
+    name = run.started.replace(":", "") + ".json"
+    return write_json_atomically(directory or runs_dir(), name, data, for_people=True)
 
 
 def load(path: str) -> RunRecord:
@@ -135,7 +142,7 @@ def load(path: str) -> RunRecord:
 
 def saved(directory: Optional[str] = None) -> List[str]:
     """Saved runs, oldest first (their names are their UTC start times)."""
-    directory = directory or RUNS_DIR
+    directory = directory or runs_dir()
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
     except FileNotFoundError:
@@ -207,7 +214,7 @@ def compare_saved(paths: Sequence[str], directory: Optional[str] = None) -> List
     if not paths:
         paths = saved(directory)[-2:]
         if len(paths) < 2:
-            raise ValueError(f"--compare: {len(paths)} saved run(s) in {directory or RUNS_DIR}; a "
-                             "full run saves one at its end")
+            raise ValueError(f"--compare: {len(paths)} saved run(s) in "
+                             f"{directory or runs_dir()}; a full run saves one at its end")
     before, after = load(paths[0]), load(paths[1])
     return [f"{paths[0]} -> {paths[1]}"] + render(before, after, compare(before, after))

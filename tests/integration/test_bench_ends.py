@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _start(tmp_path: Path, only: str, **env: str) -> subprocess.Popen:
     require_nsys()
-    full = dict(os.environ, VERLPROF_BENCH_CACHE=str(tmp_path / "cache"), **env)
+    full = dict(os.environ, VERLPROF_BENCH_CACHE=str(tmp_path / "cache"),
+                VERLPROF_BENCH_RUNS=str(tmp_path / "runs"), **env)
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
     return subprocess.Popen([sys.executable, "-m", "benchmarks", "--quick", "--only", only],
                             env=full, cwd=str(ROOT), stdout=subprocess.PIPE,
@@ -103,3 +104,5 @@ def test_a_hung_generation_step_fails_its_row_and_the_next_row_completes(tmp_pat
     assert "making ~1 MB under nsys: still running after" in row and "nsys profile" in row
     assert re.search(r"^report at scale: .* (PASS|MISS|WITHIN NOISE)\s*$", output, re.M), output
     assert left == [], left
+    # its rows were kept where the test said, not in this checkout's history of real runs
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 1, output
