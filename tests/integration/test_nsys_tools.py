@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -319,6 +320,54 @@ def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
         assert settle_profilers([own_cli], 1.0, run_dir) == Settled()
         assert settle_profilers([foreign_cli], 1.0, run_dir) == Settled()
         assert {a.pid for a in list_agents() if a.owner_pid == foreign_cli} == survivors
+    finally:
+        killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
+        for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
+            if os.path.exists(p):
+                os.unlink(p)
+    assert not marked_processes(marker)
+
+
+def test_collect_of_a_dead_run_ends_the_agents_its_profilers_left(nsys_exe, tmp_path, capsys):
+    """A run whose driver was killed never reaches finalize, which ends the agents its nsys
+    left after a clean run; CI once saw such an agent outlive a killed demo by minutes.
+    ``verlprof collect`` of the dead run ends the run's own orphaned agent on this machine
+    (named on its last line) and leaves another job's alone."""
+    from verlprof.manifest import Manifest, write_manifest
+    from verlprof.records import ProcessIdentity
+    from verlprof.runtime import leftovers
+    from verlprof.runtime.journal import ProcessJournal, RunJournal, write_journal
+    from verlprof.runtime.run_lock import lock_path, this_process
+
+    marker = uuid.uuid4().hex
+    _MARKERS.append(marker)
+    run_dir = str(tmp_path / "run")
+    temps: set = set()
+    try:
+        foreign_cli, foreign, foreign_temps = _orphaned_cli(nsys_exe, tmp_path / "foreign",
+                                                            marker)
+        own_cli, own, own_temps = _orphaned_cli(nsys_exe, tmp_path / "own", marker,
+                                                **{OWNER_ENV: run_dir})
+        temps |= foreign_temps | own_temps
+        os.makedirs(run_dir)
+        write_manifest(Manifest(tool="nsys", output_dir=run_dir, step_windows=((1,),),
+                                reports=(), run_id="dead", running=True), run_dir)
+        rank = ProcessIdentity(host=socket.gethostname(), pid=own_cli, under_profiler=True,
+                               profiler_pid=own_cli)
+        write_journal(RunJournal(run_id="dead", tool="nsys", output_dir=run_dir, processes=(
+            ProcessJournal(group="actor", rank=0, identity=rank),)), run_dir)
+        with open(lock_path(run_dir), "w") as handle:  # its controller: a pid that has exited
+            json.dump(dict(vars(this_process("dead")), pid=own_cli, proc_start=0), handle)
+        assert leftovers.run_state(run_dir)[0].startswith(leftovers.ENDED)
+
+        assert leftovers.run_collect(run_dir, 5.0) == 0  # nothing planned, nothing missing
+        last = capsys.readouterr().out.splitlines()[-1]
+        pids = ", ".join(str(a.pid) for a in own)
+        assert last == f"verlprof: ended {len(own)} nsys agent(s) nsys left behind (pid {pids})"
+        assert not [a for a in list_agents() if a.owner_pid == own_cli]
+        assert not [p for p in own_temps if os.path.exists(p)]
+        survivors = {a.pid for a in list_agents() if a.owner_pid == foreign_cli}
+        assert survivors == {a.pid for a in foreign}, "another job's agent was ended"
     finally:
         killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
         for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:

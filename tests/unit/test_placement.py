@@ -145,7 +145,9 @@ def test_leftovers_of_a_controller_that_died_are_placed_by_one_command(tmp_path,
     state, _ = leftovers.run_state(out)
     assert state.startswith(f"{leftovers.ENDED}: controller pid {holder.pid} is not running")
     assert state.endswith(f"run `verlprof collect {out}` to place what it left")
-    manifest, problems = leftovers.collect_leftovers(out, timeout_s=1.0)
+    collected = leftovers.collect_leftovers(out, timeout_s=1.0)
+    manifest, problems = collected.manifest, collected.problems
+    assert collected.settled == leftovers.Settled()  # no profiler, no agent of this run
     seen = statuses(manifest)
     assert [seen[(r, (s,))][0] for r in (0, 1) for s in (1, 2, 3)] == ["ok"] * 6
     why = seen[(0, (4,))]
@@ -158,5 +160,6 @@ def test_leftovers_of_a_controller_that_died_are_placed_by_one_command(tmp_path,
                 assert handle.read().startswith(str(list(entry.steps)))
     assert not [f for _, _, fs in os.walk(tmp_path / ".raw") for f in fs]  # links gone too
     assert leftovers.run_state(out)[0].startswith(leftovers.ENDED)
-    assert leftovers.collect_leftovers(out)[0] == read_manifest(out)  # a second time: as is
+    assert leftovers.collect_leftovers(out) == leftovers.Collected(
+        manifest=read_manifest(out))  # a second time: as is
     opened.__exit__(None, None, None)  # the test's controller ends its step (nothing moves)

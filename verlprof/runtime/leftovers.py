@@ -9,7 +9,12 @@ dead process's tool finished, ``ok`` for a window that closed and ``incomplete``
 cut short, the way finalize places a dead rank's reports (``collect.unreachable_reports``);
 every other report stays ``missing`` with the reason. It reads the files where this machine
 sees them (the controller's node, or a shared file system): a report in ``.raw`` on another
-node without a shared file system is named with its node.
+node without a shared file system is named with its node. It then ends what the dead run's
+profilers left running on this machine: it waits (bounded) for each nsys CLI the journal names
+on this host to exit, and ends the run's own orphaned ``nsys --start-agent`` processes (marked
+with its output directory, :func:`verlprof.runtime.teardown.settle_profilers`), which nobody
+else would: finalize, which ends them after a clean run, never ran. Agents on other nodes
+need ``verlprof collect`` run there.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import socket
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from verlprof import paths
@@ -25,8 +32,9 @@ from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manife
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 from verlprof.runtime.collect import move_report, unreachable_reports
-from verlprof.runtime.journal import ProcessJournal, read_journal, remove_journal
+from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, remove_journal
 from verlprof.runtime.run_lock import read_lock, stale_reason
+from verlprof.runtime.teardown import Settled, settle_profilers
 from verlprof.safe_text import visible
 
 ENDED = "the run ended without finalize"
@@ -59,12 +67,24 @@ def controller_gone(output_dir: str, manifest: Manifest) -> Optional[str]:
     return None if why is None else f"controller {why}"
 
 
-def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Tuple[Manifest, List[str]]:
-    """Place what a run that ended without finalize left; the rewritten manifest and one line
-    per report not ``ok`` (ProfilingRuntimeError while the run still goes)."""
+@dataclass(frozen=True)
+class Collected:
+    """What ``verlprof collect`` did to one output directory."""
+
+    manifest: Manifest
+    """The manifest as rewritten (as it was, for a finalized run)."""
+    problems: Tuple[str, ...] = ()
+    """One line per report not ``ok``."""
+    settled: Settled = Settled()
+    """The run's nsys agents ended on this machine, and profilers that would not exit."""
+
+
+def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Collected:
+    """Place what a run that ended without finalize left, then end what its profilers left
+    running here (ProfilingRuntimeError while the run still goes)."""
     manifest = read_manifest(output_dir)
     if not manifest.running:
-        return manifest, []
+        return Collected(manifest=manifest)
     why = controller_gone(output_dir, manifest)
     if why is None:
         raise ProfilingRuntimeError(f"{output_dir}: the run is still going; its controller "
@@ -90,8 +110,21 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Tuple[Manifes
                                    warnings=tuple(dict.fromkeys(manifest.warnings + (note,))))
     write_manifest(manifest, output_dir)
     remove_journal(output_dir)
-    return manifest, [f"{e.path}: {e.status}: {e.reason}" for e in entries
-                      if e.status != STATUS_OK]
+    return Collected(manifest=manifest,
+                     problems=tuple(f"{e.path}: {e.status}: {e.reason}" for e in entries
+                                    if e.status != STATUS_OK),
+                     settled=_settle_here(journal, manifest, timeout_s))
+
+
+def _settle_here(journal: Optional[RunJournal], manifest: Manifest,
+                 timeout_s: float) -> Settled:
+    """The dead run's profilers on this host given ``timeout_s`` to exit; then its orphaned
+    agents here ended (their mark is the output directory the run was planned with)."""
+    host = socket.gethostname()
+    pids = [p.identity.profiler_pid for p in journal.processes
+            if p.identity.host == host and p.identity.profiler_pid] if journal else []
+    owner = journal.output_dir if journal else manifest.output_dir
+    return settle_profilers(pids, timeout_s, owner)
 
 
 def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeout_s: float,
@@ -164,14 +197,18 @@ def _key(entry) -> tuple:
 def run_collect(output_dir: str, timeout_s: float) -> int:
     """``verlprof collect``: 0 when every report is ok, 1 when some are not (each named)."""
     try:
-        manifest, problems = collect_leftovers(output_dir, timeout_s)
+        collected = collect_leftovers(output_dir, timeout_s)
     except ValueError as err:
         raise ProfilingRuntimeError(str(err)) from None
+    manifest = collected.manifest
     ended = next((w for w in manifest.warnings if w.startswith(ENDED)), None)
     print(f"verlprof: {visible(ended or 'finalized: nothing to place')}")
     ok = len(manifest.by_status(STATUS_OK))
     print(f"verlprof: {ok} of {len(manifest.reports)} report(s) ok in "
           f"{visible(os.path.join(output_dir, paths.MANIFEST_NAME))}")
-    for line in problems:
+    for line in collected.problems:
         print(f"  {visible(line)}")
-    return 0 if not problems else 1
+    for line in (collected.settled.agents_line(), *collected.settled.problems):
+        if line:
+            print(f"verlprof: {line}")
+    return 0 if not collected.problems else 1
