@@ -21,7 +21,7 @@ from tests.ray_start import (  # noqa: F401 - the fault modules use them through
     our_processes,
     wait_until_gone,
 )
-from verlprof.backends.nsys.cli import list_agents
+from verlprof.backends.nsys.cli import list_agents, terminate_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "trainer_configs" / "ppo_trainer.yaml")
@@ -47,11 +47,18 @@ def our_agents() -> List[int]:
 
 def assert_no_leftovers(timeout_s: float = 30.0) -> None:
     """No ``nsys --start-agent`` and no ``nsys profile`` of this session (bounded wait for
-    ones whose owner is still finishing)."""
+    ones whose owner is still finishing). What is found is ended before the assertion, so
+    that only the test that left it fails, not every later one that looks."""
     agents = wait_until_gone(our_agents, timeout_s)
-    assert not agents, f"nsys agents left behind: {[cmdline(p) for p in agents]}"
+    found = [cmdline(p) for p in agents]
+    if agents:
+        terminate_processes(lambda: [p for p in our_agents() if p in agents])
+    assert not agents, f"nsys agents left behind: {found}"
     profilers = wait_until_gone(lambda: our_processes("nsys profile"), 5.0)
-    assert not profilers, f"nsys profile processes left: {[cmdline(p) for p in profilers]}"
+    found = [cmdline(p) for p in profilers]
+    if profilers:
+        terminate_processes(lambda: [p for p in our_processes("nsys profile") if p in profilers])
+    assert not profilers, f"nsys profile processes left: {found}"
 
 
 # ------------------------------------------------------------------------------ the Ray head
