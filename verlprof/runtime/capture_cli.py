@@ -60,11 +60,13 @@ def add_capture_subcommands(sub: Any) -> None:
         description="For a run whose controller died (killed, its node lost) before "
                     "finalize: place every report its processes finished that this machine "
                     "can see (ok; incomplete for a window cut short), name why not for the "
-                    "rest, and rewrite manifest.json (no longer running). A finalized run is "
-                    "left as it is; a run still going is refused.")
+                    "rest, and rewrite manifest.json (no longer running); then end the "
+                    "nsys agents the run's profilers left running on this machine. A "
+                    "finalized run is left as it is; a run still going is refused.")
     collect.add_argument("output_dir", metavar="OUTPUT_DIR")
     collect.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                         help="seconds to wait for a tool still writing a report")
+                         help="seconds to wait for a tool still writing a report, and for "
+                              "the run's nsys processes here to exit")
 
 
 def run_capture_command(args: argparse.Namespace) -> int:
