@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -288,12 +290,23 @@ def test_settle_marked_ends_what_an_nsys_run_left_behind_and_nothing_else(nsys_e
     assert not marked_processes(mine) and not marked_processes(other)
 
 
-def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
-    """Issue 30: a run's teardown (settle_profilers) ends the agent its own profiler
-    orphaned, and leaves a foreign orphaned agent on the same machine (another job's nsys,
-    started outside any verlprof run) alone."""
-    from verlprof.runtime.teardown import Settled, settle_profilers
+@dataclass
+class _Orphans:
+    """A run's own orphaned agent (marked with its output directory) and another job's."""
 
+    run_dir: str
+    own_cli: int
+    own: list
+    own_temps: set
+    foreign_cli: int
+    foreign: list
+    foreign_temps: set
+
+
+@contextlib.contextmanager
+def _own_and_foreign_orphans(nsys_exe, tmp_path: Path):
+    """Two ``nsys profile`` runs whose CLIs were killed: one of a verlprof run (its
+    ``OWNER_ENV`` is ``tmp_path/run``), one of another job; whatever is left is ended after."""
     marker = uuid.uuid4().hex
     _MARKERS.append(marker)
     run_dir = str(tmp_path / "run")
@@ -307,25 +320,41 @@ def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
         temps |= own_temps
         orphans = {a.pid for a in nsys_cli.orphan_agents(0)}
         assert {a.pid for a in foreign + own} <= orphans
-
-        settled = settle_profilers([own_cli], 10.0, run_dir)
-
-        assert settled == Settled(ended_agents=tuple(a.pid for a in own))  # not a problem
-        assert not [a for a in list_agents() if a.owner_pid == own_cli]
-        assert not [p for p in own_temps if os.path.exists(p)]  # its stream went with it
-        survivors = {a.pid for a in list_agents() if a.owner_pid == foreign_cli}
-        assert survivors == {a.pid for a in foreign}, "another job's agent was ended"
-        assert all(os.path.exists(p) for p in foreign_temps)
-        # nothing more of ours; the foreign CLI's pid alone does not make its agent ours
-        assert settle_profilers([own_cli], 1.0, run_dir) == Settled()
-        assert settle_profilers([foreign_cli], 1.0, run_dir) == Settled()
-        assert {a.pid for a in list_agents() if a.owner_pid == foreign_cli} == survivors
+        yield _Orphans(run_dir=run_dir, own_cli=own_cli, own=own, own_temps=own_temps,
+                       foreign_cli=foreign_cli, foreign=foreign, foreign_temps=foreign_temps)
     finally:
         killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
         for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
             if os.path.exists(p):
                 os.unlink(p)
     assert not marked_processes(marker)
+
+
+def _only_own_ended(o: _Orphans) -> set:
+    """The run's agent and its stream are gone, the other job's are all there; its pids."""
+    assert not [a for a in list_agents() if a.owner_pid == o.own_cli]
+    assert not [p for p in o.own_temps if os.path.exists(p)]  # its stream went with it
+    survivors = {a.pid for a in list_agents() if a.owner_pid == o.foreign_cli}
+    assert survivors == {a.pid for a in o.foreign}, "another job's agent was ended"
+    assert all(os.path.exists(p) for p in o.foreign_temps)
+    return survivors
+
+
+def test_teardown_ends_only_its_own_orphaned_agents(nsys_exe, tmp_path):
+    """Issue 30: a run's teardown (settle_profilers) ends the agent its own profiler
+    orphaned, and leaves a foreign orphaned agent on the same machine (another job's nsys,
+    started outside any verlprof run) alone."""
+    from verlprof.runtime.teardown import Settled, settle_profilers
+
+    with _own_and_foreign_orphans(nsys_exe, tmp_path) as o:
+        settled = settle_profilers([o.own_cli], 10.0, o.run_dir)
+
+        assert settled == Settled(ended_agents=tuple(a.pid for a in o.own))  # not a problem
+        survivors = _only_own_ended(o)
+        # nothing more of ours; the foreign CLI's pid alone does not make its agent ours
+        assert settle_profilers([o.own_cli], 1.0, o.run_dir) == Settled()
+        assert settle_profilers([o.foreign_cli], 1.0, o.run_dir) == Settled()
+        assert {a.pid for a in list_agents() if a.owner_pid == o.foreign_cli} == survivors
 
 
 def test_collect_of_a_dead_run_ends_the_agents_its_profilers_left(nsys_exe, tmp_path, capsys):
@@ -339,41 +368,23 @@ def test_collect_of_a_dead_run_ends_the_agents_its_profilers_left(nsys_exe, tmp_
     from verlprof.runtime.journal import ProcessJournal, RunJournal, write_journal
     from verlprof.runtime.run_lock import lock_path, this_process
 
-    marker = uuid.uuid4().hex
-    _MARKERS.append(marker)
-    run_dir = str(tmp_path / "run")
-    temps: set = set()
-    try:
-        foreign_cli, foreign, foreign_temps = _orphaned_cli(nsys_exe, tmp_path / "foreign",
-                                                            marker)
-        own_cli, own, own_temps = _orphaned_cli(nsys_exe, tmp_path / "own", marker,
-                                                **{OWNER_ENV: run_dir})
-        temps |= foreign_temps | own_temps
-        os.makedirs(run_dir)
-        write_manifest(Manifest(tool="nsys", output_dir=run_dir, step_windows=((1,),),
-                                reports=(), run_id="dead", running=True), run_dir)
-        rank = ProcessIdentity(host=socket.gethostname(), pid=own_cli, under_profiler=True,
-                               profiler_pid=own_cli)
-        write_journal(RunJournal(run_id="dead", tool="nsys", output_dir=run_dir, processes=(
-            ProcessJournal(group="actor", rank=0, identity=rank),)), run_dir)
-        with open(lock_path(run_dir), "w") as handle:  # its controller: a pid that has exited
-            json.dump(dict(vars(this_process("dead")), pid=own_cli, proc_start=0), handle)
-        assert leftovers.run_state(run_dir)[0].startswith(leftovers.ENDED)
+    with _own_and_foreign_orphans(nsys_exe, tmp_path) as o:
+        os.makedirs(o.run_dir)
+        write_manifest(Manifest(tool="nsys", output_dir=o.run_dir, step_windows=((1,),),
+                                reports=(), run_id="dead", running=True), o.run_dir)
+        rank = ProcessIdentity(host=socket.gethostname(), pid=o.own_cli, under_profiler=True,
+                               profiler_pid=o.own_cli)
+        write_journal(RunJournal(run_id="dead", tool="nsys", output_dir=o.run_dir, processes=(
+            ProcessJournal(group="actor", rank=0, identity=rank),)), o.run_dir)
+        with open(lock_path(o.run_dir), "w") as handle:  # its controller: a pid that exited
+            json.dump(dict(vars(this_process("dead")), pid=o.own_cli, proc_start=0), handle)
+        assert leftovers.run_state(o.run_dir)[0].startswith(leftovers.ENDED)
 
-        assert leftovers.run_collect(run_dir, 5.0) == 0  # nothing planned, nothing missing
+        assert leftovers.run_collect(o.run_dir, 5.0) == 0  # nothing planned, nothing missing
         last = capsys.readouterr().out.splitlines()[-1]
-        pids = ", ".join(str(a.pid) for a in own)
-        assert last == f"verlprof: ended {len(own)} nsys agent(s) nsys left behind (pid {pids})"
-        assert not [a for a in list_agents() if a.owner_pid == own_cli]
-        assert not [p for p in own_temps if os.path.exists(p)]
-        survivors = {a.pid for a in list_agents() if a.owner_pid == foreign_cli}
-        assert survivors == {a.pid for a in foreign}, "another job's agent was ended"
-    finally:
-        killed = nsys_cli.terminate_processes(lambda: marked_processes(marker))
-        for p in temps | {f"/tmp/nsys_termination_status_{q}" for q in killed}:
-            if os.path.exists(p):
-                os.unlink(p)
-    assert not marked_processes(marker)
+        pids = ", ".join(str(a.pid) for a in o.own)
+        assert last == f"verlprof: ended {len(o.own)} nsys agent(s) nsys left behind (pid {pids})"
+        _only_own_ended(o)
 
 
 def test_dry_run(nsys_exe, tmp_path):
