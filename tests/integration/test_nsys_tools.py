@@ -378,13 +378,16 @@ def test_collect_of_a_dead_run_ends_the_agents_its_profilers_left(nsys_exe, tmp_
             ProcessJournal(group="actor", rank=0, identity=rank),)), o.run_dir)
         with open(lock_path(o.run_dir), "w") as handle:  # its controller: a pid that exited
             json.dump(dict(vars(this_process("dead")), pid=o.own_cli, proc_start=0), handle)
-        assert leftovers.run_state(o.run_dir)[0].startswith(leftovers.ENDED)
+        state = leftovers.run_state(o.run_dir)[0]  # verlprof status: what collect will do
+        assert state.startswith(leftovers.ENDED) and state.endswith(
+            f"to place what it left and end its {len(o.own)} nsys agent(s) still running here")
 
         assert leftovers.run_collect(o.run_dir, 5.0) == 0  # nothing planned, nothing missing
         last = capsys.readouterr().out.splitlines()[-1]
         pids = ", ".join(str(a.pid) for a in o.own)
         assert last == f"verlprof: ended {len(o.own)} nsys agent(s) nsys left behind (pid {pids})"
         _only_own_ended(o)
+        assert leftovers.run_state(o.run_dir)[0].startswith(leftovers.ENDED)  # finalized now
 
 
 def test_dry_run(nsys_exe, tmp_path):

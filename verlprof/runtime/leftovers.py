@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from verlprof import paths
+from verlprof.backends.nsys.procs import owned_orphan_agents
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
@@ -54,8 +55,10 @@ def run_state(output_dir: str) -> Tuple[str, Manifest]:
         holder = read_lock(output_dir)
         who = f" (controller pid {holder.pid} on {holder.host})" if holder else ""
         return f"running{who}", manifest
-    return f"{ENDED}: {why}; run `verlprof collect {output_dir}` to place what it left", \
-        manifest
+    agents = len(owned_orphan_agents(_owner(read_journal(output_dir), manifest)))
+    also = f" and end its {agents} nsys agent(s) still running here" if agents else ""
+    return (f"{ENDED}: {why}; run `verlprof collect {output_dir}` to place what it left"
+            f"{also}"), manifest
 
 
 def controller_gone(output_dir: str, manifest: Manifest) -> Optional[str]:
@@ -123,8 +126,12 @@ def _settle_here(journal: Optional[RunJournal], manifest: Manifest,
     host = socket.gethostname()
     pids = [p.identity.profiler_pid for p in journal.processes
             if p.identity.host == host and p.identity.profiler_pid] if journal else []
-    owner = journal.output_dir if journal else manifest.output_dir
-    return settle_profilers(pids, timeout_s, owner)
+    return settle_profilers(pids, timeout_s, _owner(journal, manifest))
+
+
+def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:
+    """The mark the run's nsys processes carry: the output directory it was planned with."""
+    return journal.output_dir if journal else manifest.output_dir
 
 
 def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeout_s: float,

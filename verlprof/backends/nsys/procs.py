@@ -239,6 +239,11 @@ def orphan_agents(older_than_s: float = 60.0) -> List[AgentProcess]:
     return [a for a in list_agents() if a.age_s >= older_than_s and not _owner_alive(a)]
 
 
+def owned_orphan_agents(owner: str) -> List[AgentProcess]:
+    """The orphaned agents whose environment carries ``OWNER_ENV=owner``: one run's."""
+    return [a for a in orphan_agents(0) if carries_env(a.pid, OWNER_ENV, owner)]
+
+
 def reap_orphan_agents(owner: str, grace_s: float = DEFAULT_KILL_GRACE_S) -> List[AgentProcess]:
     """End the orphaned agents of one run (SIGTERM, then SIGKILL after ``grace_s``); return
     them.
@@ -252,7 +257,7 @@ def reap_orphan_agents(owner: str, grace_s: float = DEFAULT_KILL_GRACE_S) -> Lis
     criterion. The ``nsys-report-*.qdstrm`` capture streams those agents held open are deleted
     with them.
     """
-    victims = [a for a in orphan_agents(0) if carries_env(a.pid, OWNER_ENV, owner)]
+    victims = owned_orphan_agents(owner)
     if victims:
         wanted = {a.pid for a in victims}
         streams = nsys_temp_files(wanted)
