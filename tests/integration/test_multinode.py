@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
+from tests.faults.harness import CONFIG
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import files_on_disk, nvtx_names, planned_files, run_case
 from tests.ray_start import RayStartNode
@@ -130,6 +132,103 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
     assert {(e["node_id"], e["transfer"]) for e in engine} == {(second, "ray")}
     assert manifest["controller"]["node_id"] != second
     assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written
+
+
+@pytest.fixture
+def apart(two_nodes):
+    """A third node with a disk of its own, joined for one test."""
+    node = RayStartNode(name="apart", head_address=two_nodes.address, num_cpus=2,
+                        resources={"apart_node": 100}, own_mounts=True)
+    try:
+        yield node.wait_ready()
+    finally:
+        node.stop()
+
+
+def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apart, tmp_path):
+    """A job's driver killed (SIGKILL) in step 3 of 4; its Ray cluster goes on. Its critic rank
+    ran under nsys on a node with a disk of its own, where nsys wrote steps 1-2 when Ray ended
+    the process: the controller's node never sees them. ``verlprof collect --address`` asks
+    that node: steps 1-2 arrive over Ray, whole (each opened with ``nsys export``), listed
+    with that node; they are deleted there, the node's nsys agents are gone, step 4 is
+    ``missing`` as never opened."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import assert_no_leaked_agents
+
+    node = wait_for_node("apart_node")
+    out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
+    raw = os.path.join(out, ".raw")
+    apart.hide(raw)
+    verlprof = os.path.join(os.path.dirname(sys.executable), "verlprof")
+    demo = subprocess.Popen([
+        verlprof, "demo", "--config", CONFIG, "--ray-address", two_nodes.address,
+        f"trainer.profiler.output_dir={out}", "trainer.total_training_steps=4",
+        "trainer.profile_steps=[1,2,3,4]", "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.actor.profile_ranks=[]", "actor_rollout_ref.rollout.profile_ranks=[]",
+        "critic.profile_ranks=[0]", "reward_model.enable=false",
+        "trainer.controller_nsight_options=null", "+demo.controller_resources={head_node: 1}",
+        "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, critic: {apart_node: 1}}",
+        "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:update_actor,step:3,"
+        f"action:sleep,seconds:120,marker:'{marker}'}}]"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not os.path.exists(marker):  # step 3's windows are open, steps 1-2 closed
+            assert demo.poll() is None, demo.stdout.read() if demo.stdout else ""
+            assert time.monotonic() < deadline, "step 3 never started"
+            time.sleep(0.2)
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([verlprof, *args], capture_output=True, text=True, timeout=300)
+
+    deadline = time.monotonic() + 120  # Ray ends the dead driver's actors, the controller too
+    while "ended without finalize" not in (status := run("status", out)).stdout:
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(1)
+    def reports_in(directory: str) -> list:
+        return sorted(str(p) for p in Path(directory).rglob("*.nsys-rep"))
+
+    assert not reports_in(raw)  # the controller's node never sees them: they are there
+    # a process in that node's file system, in its .raw: it still sees it after collect
+    # removes the (empty) .raw here, which takes the node's mount away from the node itself
+    holder = subprocess.Popen(["nsenter", f"--target={apart.proc.pid}", "--mount", "--",
+                               "sh", "-c", 'cd "$1" && exec sleep 300', "sh", raw])
+    try:
+        there = f"/proc/{holder.pid}/cwd"
+        deadline = time.monotonic() + 30
+        while os.readlink(there) != raw or len(reports_in(there)) < 2:  # nsys wrote 1-2
+            assert time.monotonic() < deadline, f"on the other node: {reports_in(there)}"
+            time.sleep(0.2)
+        collected = run("collect", out, "--address", two_nodes.address, "--timeout", "60")
+        assert not reports_in(there), reports_in(there)  # each one placed, deleted there
+    finally:
+        holder.kill()
+        holder.wait()
+    assert collected.returncode == 1, collected.stdout + collected.stderr  # step 4: missing
+    with open(os.path.join(out, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    assert manifest["running"] is False
+    by_step = {e["steps"][0]: e for e in manifest["reports"] if e["group"] == "critic"}
+    for step in (1, 2):
+        entry = by_step[step]
+        assert (entry["status"], entry["transfer"], entry["node_id"]) == ("ok", "ray", node), \
+            collected.stdout
+        assert entry["bytes"] == os.path.getsize(os.path.join(out, entry["path"]))
+        assert nvtx_names(os.path.join(out, entry["path"])) == {
+            "critic/compute_values": 1, "critic/update_critic": 1}
+    assert by_step[3]["status"] in ("incomplete", "ok", "missing")
+    assert by_step[4]["status"] == "missing"
+    assert by_step[4]["reason"].startswith("window never opened: the run ended without finalize")
+    assert_no_leaked_agents()
 
 
 @pytest.fixture

@@ -70,11 +70,22 @@ def test_a_report_of_another_node_on_one_shared_file_system_is_renamed_where_it_
     assert files(tmp_path) == [entry.path] and not raw.exists()
 
 
+class Worker:
+    """The worker actor's ``verlprof_discard`` as a Ray actor method: calls recorded."""
+
+    def __init__(self):
+        self.discarded = []
+        self.verlprof_discard = self
+
+    def remote(self, path):
+        self.discarded.append(path)
+
+
 @pytest.mark.parametrize("stamp", [None, "other file"])
 def test_a_report_of_another_node_not_seen_as_the_same_file_travels_over_ray(
         tmp_path, monkeypatch, stamp):
     """A same-named file here that is not the stamped one (a node's own disk), or no stamp:
-    read from the worker as before, and the file here is left alone."""
+    read from the worker, deleted there once whole, and the file here is left alone."""
     raw = raw_file(tmp_path)
     theirs = None if stamp is None else dataclasses.replace(
         stamp_of(str(raw)), mtime_ns=stamp_of(str(raw)).mtime_ns + 1)
@@ -87,10 +98,32 @@ def test_a_report_of_another_node_not_seen_as_the_same_file_travels_over_ray(
         return read
 
     monkeypatch.setattr(collect, "_actor_reader", reader)
+    worker = Worker()
     entry = move_report(dataclasses.replace(item(raw, where=ELSEWHERE), stamp=theirs),
-                        str(tmp_path), "node-a-id", None)
-    assert (entry.status, entry.transfer) == ("ok", "ray") and asked[0] == (None, str(raw), 0)
+                        str(tmp_path), "node-a-id", worker)
+    assert (entry.status, entry.transfer) == ("ok", "ray") and asked[0] == (worker, str(raw), 0)
     assert (tmp_path / entry.path).read_bytes() == b"theirs" and raw.read_bytes() == b"report"
+    assert worker.discarded == [str(raw)]
+
+
+def test_a_report_of_a_process_that_is_gone_is_read_and_deleted_by_its_node(tmp_path,
+                                                                           monkeypatch):
+    """No actor (``verlprof collect --address`` after the job died): a task pinned to the
+    report's node reads it in chunks, and deletes it there once it arrived whole."""
+    raw = raw_file(tmp_path)
+    asked = []
+
+    def on_node(func, node, *args, timeout_s=60.0):
+        asked.append((func.__name__, node, *args))
+        return func is collect.read_chunk and b"theirs"[args[2]:] or 1
+
+    monkeypatch.setattr(collect, "on_node", on_node)
+    entry = move_report(item(raw, where=ELSEWHERE), str(tmp_path), "node-a-id", None)
+    assert (entry.status, entry.transfer, entry.bytes) == ("ok", "ray", 6)
+    assert (tmp_path / entry.path).read_bytes() == b"theirs"
+    where, name = str(raw.parent), raw.name
+    assert asked == [("read_chunk", "node-b-id", where, name, 0, collect.CHUNK_BYTES),
+                     ("discard", "node-b-id", where, [name])]
 
 
 def test_a_report_directory_is_copied_whole(tmp_path):

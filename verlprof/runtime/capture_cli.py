@@ -67,6 +67,10 @@ def add_capture_subcommands(sub: Any) -> None:
     collect.add_argument("--timeout", type=float, default=30.0, metavar="S",
                          help="seconds to wait for a tool still writing a report, and for "
                               "the run's nsys processes here to exit")
+    collect.add_argument("--address", default=None, metavar="ADDR",
+                         help="the job's Ray cluster (still up after its driver died): "
+                              "also place what its processes left on other nodes, read "
+                              "over Ray, and end their nsys agents there")
 
 
 def run_capture_command(args: argparse.Namespace) -> int:
@@ -76,7 +80,7 @@ def run_capture_command(args: argparse.Namespace) -> int:
         if args.command == "collect":
             from verlprof.runtime import leftovers  # the collection path, only when asked
 
-            return leftovers.run_collect(args.output_dir, args.timeout)
+            return leftovers.run_collect(args.output_dir, args.timeout, args.address)
         return _capture(args)
     except ProfilingRuntimeError as err:
         print(f"verlprof: {visible(str(err))}", file=sys.stderr)

@@ -48,7 +48,9 @@ CHUNK_BYTES = 8 << 20
 def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                 actor: Optional[Any], how: Optional[Transfer] = None) -> ReportEntry:
     """Place one worker report's file at its contract path; return its manifest entry.
-    ``how``: :func:`how_it_travels`, when the caller has decided it already."""
+    ``how``: :func:`how_it_travels`, when the caller has decided it already. ``actor``: the
+    process's, which reads its files for another node; None for a process that is gone,
+    whose node then reads them (a task pinned there)."""
     where = item.where
     path = item.report.path
     relpath = paths.resolve_relpath(path, where.host, where.pid) if where.host and where.pid \
@@ -65,13 +67,18 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
                 shutil.copytree(raw, target, dirs_exist_ok=True)
             elif transfer != "ray":
                 shutil.move(raw, target)
-            else:
+            elif actor is not None:
                 _fetch_over_ray(_actor_reader(actor, raw), target)
+            else:  # its process is gone: a task pinned to its node reads it
+                fetch_from_node(where.node_id, os.path.dirname(raw), os.path.basename(raw),
+                                target)
             size = _size(target)
             if size == 0 or (item.bytes and size != item.bytes):
                 status, reason = STATUS_INCOMPLETE, f"{size} of {item.bytes} bytes arrived"
             elif transfer == "ray" and actor is not None:
                 actor.verlprof_discard.remote(raw)
+            elif transfer == "ray":
+                on_node(discard, where.node_id, os.path.dirname(raw), [os.path.basename(raw)])
         except Exception as err:  # one report's failure must not lose the others
             status, reason = STATUS_MISSING, " ".join(f"could not collect {raw}: {err}".split())
     return ReportEntry.of(dataclasses.replace(item.report, path=relpath), status=status,

@@ -33,6 +33,7 @@ from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manife
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 from verlprof.runtime.collect import move_report, unreachable_reports
+from verlprof.runtime.elsewhere import Cluster, ask_node, connect
 from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, remove_journal
 from verlprof.runtime.run_lock import read_lock, stale_reason
 from verlprof.runtime.teardown import Settled, settle_profilers
@@ -55,10 +56,14 @@ def run_state(output_dir: str) -> Tuple[str, Manifest]:
         holder = read_lock(output_dir)
         who = f" (controller pid {holder.pid} on {holder.host})" if holder else ""
         return f"running{who}", manifest
-    agents = len(owned_orphan_agents(_owner(read_journal(output_dir), manifest)))
+    journal = read_journal(output_dir)
+    agents = len(owned_orphan_agents(_owner(journal, manifest)))
     also = f" and end its {agents} nsys agent(s) still running here" if agents else ""
-    return (f"{ENDED}: {why}; run `verlprof collect {output_dir}` to place what it left"
-            f"{also}"), manifest
+    host = socket.gethostname()
+    hosts = sorted({p.identity.host for p in journal.processes} - {host}) if journal else []
+    address = " --address <the job's Ray address>" if hosts else ""
+    return (f"{ENDED}: {why}; run `verlprof collect {output_dir}{address}` to place what it "
+            f"left{also}"), manifest
 
 
 def controller_gone(output_dir: str, manifest: Manifest) -> Optional[str]:
@@ -82,9 +87,11 @@ class Collected:
     """The run's nsys agents ended on this machine, and profilers that would not exit."""
 
 
-def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Collected:
+def collect_leftovers(output_dir: str, timeout_s: float = 30.0,
+                      address: Optional[str] = None) -> Collected:
     """Place what a run that ended without finalize left, then end what its profilers left
-    running here (ProfilingRuntimeError while the run still goes)."""
+    running here (ProfilingRuntimeError while the run still goes). With ``address`` (the
+    job's Ray cluster, still up), what its processes left on other nodes too."""
     manifest = read_manifest(output_dir)
     if not manifest.running:
         return Collected(manifest=manifest)
@@ -92,12 +99,18 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Collected:
     if why is None:
         raise ProfilingRuntimeError(f"{output_dir}: the run is still going; its controller "
                                     "places its reports (verlprof status says who)")
+    cluster = connect(address) if address else None
     journal = read_journal(output_dir)
+    owner = _owner(journal, manifest)
     entries = list(manifest.reports)
     index = {_key(e): i for i, e in enumerate(entries)}
     reason = f"{ENDED} ({why})"
+    settled = Settled()
     for process in journal.processes if journal else ():
-        for entry in _place_process(output_dir, process, reason, timeout_s, entries, index):
+        placed_here, there = _place_process(output_dir, process, reason, timeout_s, entries,
+                                            index, cluster, owner)
+        settled += there
+        for entry in placed_here:
             where = index.get(_key(entry))
             if where is None:
                 index[_key(entry)] = len(entries)
@@ -116,17 +129,19 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0) -> Collected:
     return Collected(manifest=manifest,
                      problems=tuple(f"{e.path}: {e.status}: {e.reason}" for e in entries
                                     if e.status != STATUS_OK),
-                     settled=_settle_here(journal, manifest, timeout_s))
+                     settled=_settle_here(journal, owner, timeout_s, cluster) + settled)
 
 
-def _settle_here(journal: Optional[RunJournal], manifest: Manifest,
-                 timeout_s: float) -> Settled:
-    """The dead run's profilers on this host given ``timeout_s`` to exit; then its orphaned
-    agents here ended (their mark is the output directory the run was planned with)."""
+def _settle_here(journal: Optional[RunJournal], owner: str, timeout_s: float,
+                 cluster: Optional[Cluster]) -> Settled:
+    """The dead run's profilers on this machine given ``timeout_s`` to exit; then its
+    orphaned agents here ended (their mark is the output directory the run was planned with).
+    A process on another node the cluster still has was settled there."""
     host = socket.gethostname()
     pids = [p.identity.profiler_pid for p in journal.processes
-            if p.identity.host == host and p.identity.profiler_pid] if journal else []
-    return settle_profilers(pids, timeout_s, _owner(journal, manifest))
+            if p.identity.host == host and p.identity.profiler_pid
+            and not (cluster and cluster.holds(p.identity))] if journal else []
+    return settle_profilers(pids, timeout_s, owner)
 
 
 def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:
@@ -135,18 +150,27 @@ def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:
 
 
 def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeout_s: float,
-                   entries: List[ReportEntry], index: Dict[tuple, int]) -> List[ReportEntry]:
+                   entries: List[ReportEntry], index: Dict[tuple, int],
+                   cluster: Optional[Cluster], owner: str) -> Tuple[List[ReportEntry], Settled]:
     """The entries of one process's reports not placed yet (ok ones untouched; their raw
-    hard link, left for finalize, goes)."""
+    hard link, left for finalize, goes), and what settling its node found when that node was
+    asked (another node of ``cluster``)."""
     where = journal.identity
     process = _process(output_dir, journal, [e for e in entries if not e.requested_by and (
         e.group, e.rank) == (journal.group, journal.rank)])
     if process is None:
-        return []
-    visible = os.path.isdir(process.raw_dir)
+        return [], Settled()
     history = [(s.steps, s.closed) for s in journal.sent]
-    items = unreachable_reports(process, where, reason, history, process.backend,
-                                where.node_id if visible else ELSEWHERE, timeout_s)
+    answer = ask_node(process, where, reason, history, timeout_s, owner) \
+        if cluster and cluster.holds(where) else None
+    if answer is not None:
+        items, settled = answer
+        visible, here = True, cluster.local_node if cluster else ""
+    else:
+        visible = os.path.isdir(process.raw_dir)  # this node's, or one file system on all
+        items = unreachable_reports(process, where, reason, history, process.backend,
+                                    where.node_id if visible else ELSEWHERE, timeout_s)
+        settled, here = Settled(), where.node_id
     sent = {s.steps for s in journal.sent}
     out = []
     for item in items:
@@ -155,9 +179,10 @@ def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeou
             _drop_link(item.raw_path, os.path.join(output_dir, entries[at].path))
             continue
         if item.status == STATUS_MISSING:
-            item = dataclasses.replace(item, reason=_why_missing(item, sent, visible, reason))
-        out.append(move_report(item, output_dir, where.node_id, None))
-    return out
+            item = dataclasses.replace(item, reason=_why_missing(item, sent, visible, reason,
+                                                                 cluster))
+        out.append(move_report(item, output_dir, here, None))
+    return out, settled
 
 
 def _process(output_dir: str, journal: ProcessJournal,
@@ -176,14 +201,20 @@ def _process(output_dir: str, journal: ProcessJournal,
         raw_dir=paths.raw_dir(output_dir, journal.group, journal.rank))
 
 
-def _why_missing(item: WorkerReport, sent: set, visible: bool, reason: str) -> str:
+def _why_missing(item: WorkerReport, sent: set, visible: bool, reason: str,
+                 cluster: Optional[Cluster]) -> str:
     steps = item.report.steps
     if steps not in sent:
         return f"window never opened: {reason} before step {steps[0]}"
     if not visible:
-        return (f"{reason}; its report stays on node {item.where.node_id or '?'} (host "
-                f"{item.where.host}) in {paths.RAW_DIR}: run verlprof collect where that "
-                "directory is visible")
+        node = item.where.node_id or "?"
+        if cluster is None:
+            return (f"{reason}; its report stays on node {node} (host {item.where.host}) in "
+                    f"{paths.RAW_DIR}: run verlprof collect --address <the job's Ray "
+                    "address>, or where that directory is visible")
+        state = "did not answer" if node in cluster.alive else "is no longer in the cluster"
+        return (f"{reason}; node {node} (host {item.where.host}) {state}: its report stays "
+                f"in {paths.RAW_DIR} on its disk, if that is kept")
     return item.reason or reason
 
 
@@ -201,10 +232,11 @@ def _key(entry) -> tuple:
     return (report.group, report.rank, tuple(report.steps), report.role, report.phase)
 
 
-def run_collect(output_dir: str, timeout_s: float) -> int:
-    """``verlprof collect``: 0 when every report is ok, 1 when some are not (each named)."""
+def run_collect(output_dir: str, timeout_s: float, address: Optional[str] = None) -> int:
+    """``verlprof collect``: 0 when every report is ok, 1 when some are not (each named).
+    ``address``: the job's Ray cluster, for what its processes left on other nodes."""
     try:
-        collected = collect_leftovers(output_dir, timeout_s)
+        collected = collect_leftovers(output_dir, timeout_s, address)
     except ValueError as err:
         raise ProfilingRuntimeError(str(err)) from None
     manifest = collected.manifest

@@ -1,0 +1,85 @@
+"""A dead run's reports on other nodes, through the Ray cluster that outlived its driver.
+
+When a job's driver dies (killed, out of memory) its Ray cluster usually goes on, and each
+worker node still holds in ``.raw`` what its tools wrote: nsys 2022.4 writes a capture-range
+session's reports when the process ends, that is after the death. Without a shared file system
+``verlprof collect`` on the controller's node cannot see them. ``verlprof collect --address``
+asks each such node, by a task pinned to it, what its dead processes left (the search
+:func:`verlprof.runtime.collect.unreachable_reports` does for this node, run there), copies each
+report over Ray into ``output_dir`` and deletes it there (:func:`collect.move_report`), and
+settles that node's profilers and the run's orphaned nsys agents as on this one. A node the
+cluster no longer has keeps its reports ``missing``, with why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Sequence, Tuple
+
+from verlprof.errors import ProfilingRuntimeError
+from verlprof.plan_model import ProcessPlan
+from verlprof.records import ProcessIdentity, StepWindow, Tool, WorkerReport
+from verlprof.runtime.collect import unreachable_reports
+from verlprof.runtime.teardown import Settled, on_node, settle_profilers
+from verlprof.storage import stamp_of
+
+ANSWER_S = 60.0
+"""Seconds a node gets to answer beyond the wait for its tools."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster ``verlprof collect`` reached: this process's node and the live ones."""
+
+    address: str
+    local_node: str
+    alive: FrozenSet[str]
+
+    def holds(self, where: ProcessIdentity) -> bool:
+        """Whether ``where`` ran on another node that the cluster still has."""
+        return bool(where.node_id) and where.node_id != self.local_node and \
+            where.node_id in self.alive
+
+
+def connect(address: str) -> Cluster:
+    """Join the cluster at ``address`` as a driver (ProfilingRuntimeError, one line, when it
+    cannot be reached)."""
+    import ray
+
+    from verlprof.worker.identity import node_id
+
+    try:
+        if not ray.is_initialized():  # a caller in a driver already joined may pass its own
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False,
+                     configure_logging=True)
+        alive = frozenset(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    except Exception as err:  # Ray raises ConnectionError, RuntimeError, its own errors
+        raise ProfilingRuntimeError(
+            f"--address: cannot reach the Ray cluster at {address}: "
+            f"{' '.join(str(err).split())[:200]} (without --address, collect places what "
+            "this machine sees)") from None
+    return Cluster(address=address, local_node=node_id(), alive=alive)
+
+
+def left_there(process: ProcessPlan, where: ProcessIdentity, reason: str,
+               history: Sequence[Tuple[StepWindow, bool]], tool: Tool, timeout_s: float,
+               owner: str) -> Tuple[List[WorkerReport], Settled]:
+    """On the process's own node: its reports as :func:`unreachable_reports` finds them there
+    (each file stamped, so that a node seeing the same file renames it instead of copying),
+    then its profiler given ``timeout_s`` to exit and the run's orphaned agents ended."""
+    items = [dataclasses.replace(item, stamp=stamp_of(item.raw_path)) if item.raw_path else item
+             for item in unreachable_reports(process, where, reason, history, tool,
+                                             where.node_id, timeout_s)]
+    pids = [where.profiler_pid] if where.profiler_pid else []
+    return items, settle_profilers(pids, timeout_s, owner)
+
+
+def ask_node(process: ProcessPlan, where: ProcessIdentity, reason: str,
+             history: Sequence[Tuple[StepWindow, bool]], timeout_s: float,
+             owner: str) -> Optional[Tuple[List[WorkerReport], Settled]]:
+    """:func:`left_there` on ``where``'s node, waited for (bounded); None when it does not
+    answer."""
+    answer = on_node(left_there, where.node_id, process, where, reason, tuple(history),
+                     process.backend, timeout_s, owner, timeout_s=2 * timeout_s + ANSWER_S)
+    return answer if isinstance(answer, tuple) else None
