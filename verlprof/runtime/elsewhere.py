@@ -14,6 +14,7 @@ cluster no longer has keeps its reports ``missing``, with why.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Sequence, Tuple
 
@@ -45,6 +46,8 @@ class Cluster:
 def connect(address: str) -> Cluster:
     """Join the cluster at ``address`` as a driver (ProfilingRuntimeError, one line, when it
     cannot be reached)."""
+    if address != "auto":  # "auto": the cluster this machine is a node of
+        _reachable(address)
     import ray
 
     from verlprof.worker.identity import node_id
@@ -60,6 +63,22 @@ def connect(address: str) -> Cluster:
             f"{' '.join(str(err).split())[:200]} (without --address, collect places what "
             "this machine sees)") from None
     return Cluster(address=address, local_node=node_id(), alive=alive)
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``host:port`` that takes no connection fails here, in seconds: ``ray.init`` would
+    retry it for minutes."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ProfilingRuntimeError(f"--address: {address!r} is not host:port (the job's Ray "
+                                    "head, as `ray start --head` printed it)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ProfilingRuntimeError(f"--address: nothing answers at {address} "
+                                    f"({err.strerror or err}): is the job's Ray cluster still "
+                                    "up? (without --address, collect places what this machine "
+                                    "sees)") from None
 
 
 def left_there(process: ProcessPlan, where: ProcessIdentity, reason: str,
