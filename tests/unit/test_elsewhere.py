@@ -54,3 +54,21 @@ def test_a_bad_address_is_one_line_and_the_run_is_left_as_it_was(dead_run, capsy
     err = capsys.readouterr().err
     assert err.startswith(f"verlprof: {says.format(port=port)}") and err.count("\n") == 1
     assert read_manifest(dead_run).running  # nothing placed, nothing rewritten
+
+
+def test_status_suggests_the_address_when_the_run_had_processes_on_other_hosts(dead_run):
+    from verlprof.runtime import leftovers
+    from verlprof.runtime.journal import ProcessJournal, RunJournal, write_journal
+
+    def journal(host: str) -> None:
+        write_journal(RunJournal(run_id="dead", tool="nsys", output_dir=dead_run, processes=(
+            ProcessJournal(group="critic", rank=0,
+                           identity=ProcessIdentity(host=host, pid=1, node_id="b")),)), dead_run)
+
+    journal(socket.gethostname())
+    assert leftovers.run_state(dead_run)[0].endswith(
+        f"run `verlprof collect {dead_run}` to place what it left")
+    journal("node-b")
+    assert leftovers.run_state(dead_run)[0].endswith(
+        f"run `verlprof collect {dead_run} --address <the job's Ray address>` to place what it "
+        "left")
