@@ -24,6 +24,7 @@ from verlprof.records import ProcessIdentity, StepWindow, Tool, WorkerReport
 from verlprof.runtime.collect import unreachable_reports
 from verlprof.runtime.teardown import Settled, on_node, settle_profilers
 from verlprof.storage import stamp_of
+from verlprof.worker.identity import node_id
 
 ANSWER_S = 60.0
 """Seconds a node gets to answer beyond the wait for its tools."""
@@ -49,8 +50,6 @@ def connect(address: str) -> Cluster:
     if address != "auto":  # "auto": the cluster this machine is a node of
         _reachable(address)
     import ray
-
-    from verlprof.worker.identity import node_id
 
     try:
         if not ray.is_initialized():  # a caller in a driver already joined may pass its own
