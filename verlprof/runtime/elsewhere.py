@@ -8,7 +8,8 @@ asks each such node, by a task pinned to it, what its dead processes left (the s
 :func:`verlprof.runtime.collect.unreachable_reports` does for this node, run there), copies each
 report over Ray into ``output_dir`` and deletes it there (:func:`collect.move_report`), and
 settles that node's profilers and the run's orphaned nsys agents as on this one. A node the
-cluster no longer has keeps its reports ``missing``, with why.
+cluster no longer has, or one that does not answer, keeps its reports ``missing``, with why.
+Every node is asked at once, and the reports travel a few at a time, as in finalize.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Sequence, Tuple
 
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.plan_model import ProcessPlan
-from verlprof.records import ProcessIdentity, StepWindow, Tool, WorkerReport
+from verlprof.records import ProcessIdentity, StepWindow, Target, Tool, WorkerReport
 from verlprof.runtime.collect import unreachable_reports
-from verlprof.runtime.teardown import Settled, on_node, settle_profilers
+from verlprof.runtime.teardown import Settled, settle_profilers, task_on_node
 from verlprof.storage import stamp_of
 from verlprof.worker.identity import node_id
 
@@ -93,11 +94,29 @@ def left_there(process: ProcessPlan, where: ProcessIdentity, reason: str,
     return items, settle_profilers(pids, timeout_s, owner)
 
 
-def ask_node(process: ProcessPlan, where: ProcessIdentity, reason: str,
-             history: Sequence[Tuple[StepWindow, bool]], timeout_s: float,
-             owner: str) -> Optional[Tuple[List[WorkerReport], Settled]]:
-    """:func:`left_there` on ``where``'s node, waited for (bounded); None when it does not
-    answer."""
-    answer = on_node(left_there, where.node_id, process, where, reason, tuple(history),
-                     process.backend, timeout_s, owner, timeout_s=2 * timeout_s + ANSWER_S)
-    return answer if isinstance(answer, tuple) else None
+Ask = Tuple[ProcessPlan, ProcessIdentity, Sequence[Tuple[StepWindow, bool]]]
+"""One dead process to ask its node about: its plan, where it ran, the windows it was sent."""
+Answer = Tuple[List[WorkerReport], Settled]
+
+
+def ask_nodes(asks: Dict[Target, Ask], reason: str, timeout_s: float,
+              owner: str) -> Dict[Target, Answer]:
+    """:func:`left_there` for every process, each on its own node, all at once (each waits
+    for its tools: one after another they would add up), waited for together, bounded. A
+    process whose node did not answer has no entry."""
+    import ray
+
+    refs = {target: task_on_node(left_there, where.node_id).remote(
+                process, where, reason, tuple(history), process.backend, timeout_s, owner)
+            for target, (process, where, history) in asks.items()}
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs),
+                        timeout=2 * timeout_s + ANSWER_S)
+    done = set(ready)
+    answers: Dict[Target, Answer] = {}
+    for target, ref in refs.items():
+        if ref in done:
+            try:
+                answers[target] = ray.get(ref)
+            except Exception:  # its node went while answering: as one that did not answer
+                continue
+    return answers

@@ -13,8 +13,8 @@ node without a shared file system is named with its node. It then ends what the 
 profilers left running on this machine: it waits (bounded) for each nsys CLI the journal names
 on this host to exit, and ends the run's own orphaned ``nsys --start-agent`` processes (marked
 with its output directory, :func:`verlprof.runtime.teardown.settle_profilers`), which nobody
-else would: finalize, which ends them after a clean run, never ran. Agents on other nodes
-need ``verlprof collect`` run there.
+else would: finalize, which ends them after a clean run, never ran. With ``--address`` (the
+job's Ray cluster) it does all of that on every other node too (:mod:`.elsewhere`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from verlprof.backends.nsys.procs import owned_orphan_agents
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
-from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
-from verlprof.runtime.collect import move_report, unreachable_reports
-from verlprof.runtime.elsewhere import Cluster, ask_node, connect
+from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow, WorkerReport
+from verlprof.runtime.collect import move_all, unreachable_reports
+from verlprof.runtime.elsewhere import Answer, Cluster, ask_nodes, connect
 from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, remove_journal
 from verlprof.runtime.run_lock import read_lock, stale_reason
 from verlprof.runtime.teardown import Settled, settle_profilers
@@ -105,12 +105,18 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0,
     entries = list(manifest.reports)
     index = {_key(e): i for i, e in enumerate(entries)}
     reason = f"{ENDED} ({why})"
-    settled = Settled()
-    for process in journal.processes if journal else ():
-        placed_here, there = _place_process(output_dir, process, reason, timeout_s, entries,
-                                            index, cluster, owner)
-        settled += there
-        for entry in placed_here:
+    dead = [(jp, process, [(s.steps, s.closed) for s in jp.sent])
+            for jp in (journal.processes if journal else ())
+            if (process := _process(output_dir, jp, [e for e in entries if not e.requested_by
+                                                      and (e.group, e.rank) == (jp.group,
+                                                                                jp.rank)]))]
+    answers = ask_nodes({(jp.group, jp.rank): (process, jp.identity, history)
+                         for jp, process, history in dead if cluster.holds(jp.identity)},
+                        reason, timeout_s, owner) if cluster else {}
+    settled = sum((there for _, there in answers.values()), Settled())
+    for jp, process, history in dead:
+        for entry in _place_process(output_dir, jp, process, history, reason, timeout_s,
+                                    entries, index, cluster, answers.get((jp.group, jp.rank))):
             where = index.get(_key(entry))
             if where is None:
                 index[_key(entry)] = len(entries)
@@ -149,30 +155,23 @@ def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:
     return journal.output_dir if journal else manifest.output_dir
 
 
-def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeout_s: float,
+def _place_process(output_dir: str, journal: ProcessJournal, process: ProcessPlan,
+                   history: List[Tuple[StepWindow, bool]], reason: str, timeout_s: float,
                    entries: List[ReportEntry], index: Dict[tuple, int],
-                   cluster: Optional[Cluster], owner: str) -> Tuple[List[ReportEntry], Settled]:
+                   cluster: Optional[Cluster], answer: Optional[Answer]) -> List[ReportEntry]:
     """The entries of one process's reports not placed yet (ok ones untouched; their raw
-    hard link, left for finalize, goes), and what settling its node found when that node was
-    asked (another node of ``cluster``)."""
+    hard link, left for finalize, goes): from its node's ``answer`` (another node of
+    ``cluster``, read over Ray a few at a time), else from what this machine sees."""
     where = journal.identity
-    process = _process(output_dir, journal, [e for e in entries if not e.requested_by and (
-        e.group, e.rank) == (journal.group, journal.rank)])
-    if process is None:
-        return [], Settled()
-    history = [(s.steps, s.closed) for s in journal.sent]
-    answer = ask_node(process, where, reason, history, timeout_s, owner) \
-        if cluster and cluster.holds(where) else None
     if answer is not None:
-        items, settled = answer
-        visible, here = True, cluster.local_node if cluster else ""
+        items, visible, here = answer[0], True, cluster.local_node if cluster else ""
     else:
         visible = os.path.isdir(process.raw_dir)  # this node's, or one file system on all
         items = unreachable_reports(process, where, reason, history, process.backend,
                                     where.node_id if visible else ELSEWHERE, timeout_s)
-        settled, here = Settled(), where.node_id
+        here = where.node_id
     sent = {s.steps for s in journal.sent}
-    out = []
+    todo = []
     for item in items:
         at = index.get(_key(item))
         if at is not None and entries[at].status == STATUS_OK:
@@ -181,8 +180,8 @@ def _place_process(output_dir: str, journal: ProcessJournal, reason: str, timeou
         if item.status == STATUS_MISSING:
             item = dataclasses.replace(item, reason=_why_missing(item, sent, visible, reason,
                                                                  cluster))
-        out.append(move_report(item, output_dir, here, None))
-    return out, settled
+        todo.append(item)
+    return move_all(todo, {}, output_dir, here)
 
 
 def _process(output_dir: str, journal: ProcessJournal,
