@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Sequence, Tuple
+from typing import Dict, FrozenSet, Sequence, Tuple
 
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.plan_model import ProcessPlan
@@ -81,9 +81,19 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
                                     "sees)") from None
 
 
+@dataclass(frozen=True)
+class LeftThere:
+    """What a node answered about one dead process (it crosses back over Ray)."""
+
+    reports: Tuple[WorkerReport, ...]
+    """Its planned reports as that node found them: the raw file there (stamped), or why not."""
+    settled: Settled
+    """Its profiler waited for and the run's orphaned agents there ended."""
+
+
 def left_there(process: ProcessPlan, where: ProcessIdentity, reason: str,
                history: Sequence[Tuple[StepWindow, bool]], tool: Tool, timeout_s: float,
-               owner: str) -> Tuple[List[WorkerReport], Settled]:
+               owner: str) -> LeftThere:
     """On the process's own node: its reports as :func:`unreachable_reports` finds them there
     (each file stamped, so that a node seeing the same file renames it instead of copying),
     then its profiler given ``timeout_s`` to exit and the run's orphaned agents ended."""
@@ -91,19 +101,20 @@ def left_there(process: ProcessPlan, where: ProcessIdentity, reason: str,
              for item in unreachable_reports(process, where, reason, history, tool,
                                              where.node_id, timeout_s)]
     pids = [where.profiler_pid] if where.profiler_pid else []
-    return items, settle_profilers(pids, timeout_s, owner)
+    return LeftThere(reports=tuple(items), settled=settle_profilers(pids, timeout_s, owner))
 
 
 Ask = Tuple[ProcessPlan, ProcessIdentity, Sequence[Tuple[StepWindow, bool]]]
 """One dead process to ask its node about: its plan, where it ran, the windows it was sent."""
-Answer = Tuple[List[WorkerReport], Settled]
 
 
 def ask_nodes(asks: Dict[Target, Ask], reason: str, timeout_s: float,
-              owner: str) -> Dict[Target, Answer]:
+              owner: str) -> Dict[Target, LeftThere]:
     """:func:`left_there` for every process, each on its own node, all at once (each waits
     for its tools: one after another they would add up), waited for together, bounded. A
     process whose node did not answer has no entry."""
+    if not asks:
+        return {}
     import ray
 
     refs = {target: task_on_node(left_there, where.node_id).remote(
@@ -112,7 +123,7 @@ def ask_nodes(asks: Dict[Target, Ask], reason: str, timeout_s: float,
     ready, _ = ray.wait(list(refs.values()), num_returns=len(refs),
                         timeout=2 * timeout_s + ANSWER_S)
     done = set(ready)
-    answers: Dict[Target, Answer] = {}
+    answers: Dict[Target, LeftThere] = {}
     for target, ref in refs.items():
         if ref in done:
             try:

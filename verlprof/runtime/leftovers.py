@@ -33,7 +33,7 @@ from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manife
 from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow, WorkerReport
 from verlprof.runtime.collect import move_all, unreachable_reports
-from verlprof.runtime.elsewhere import Answer, Cluster, ask_nodes, connect
+from verlprof.runtime.elsewhere import Cluster, LeftThere, ask_nodes, connect
 from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, remove_journal
 from verlprof.runtime.run_lock import read_lock, stale_reason
 from verlprof.runtime.teardown import Settled, settle_profilers
@@ -113,7 +113,7 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0,
     answers = ask_nodes({(jp.group, jp.rank): (process, jp.identity, history)
                          for jp, process, history in dead if cluster.holds(jp.identity)},
                         reason, timeout_s, owner) if cluster else {}
-    settled = sum((there for _, there in answers.values()), Settled())
+    settled = sum((there.settled for there in answers.values()), Settled())
     for jp, process, history in dead:
         for entry in _place_process(output_dir, jp, process, history, reason, timeout_s,
                                     entries, index, cluster, answers.get((jp.group, jp.rank))):
@@ -158,13 +158,13 @@ def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:
 def _place_process(output_dir: str, journal: ProcessJournal, process: ProcessPlan,
                    history: List[Tuple[StepWindow, bool]], reason: str, timeout_s: float,
                    entries: List[ReportEntry], index: Dict[tuple, int],
-                   cluster: Optional[Cluster], answer: Optional[Answer]) -> List[ReportEntry]:
+                   cluster: Optional[Cluster], answer: Optional[LeftThere]) -> List[ReportEntry]:
     """The entries of one process's reports not placed yet (ok ones untouched; their raw
     hard link, left for finalize, goes): from its node's ``answer`` (another node of
     ``cluster``, read over Ray a few at a time), else from what this machine sees."""
     where = journal.identity
     if answer is not None:
-        items, visible, here = answer[0], True, cluster.local_node if cluster else ""
+        items, visible, here = list(answer.reports), True, cluster.local_node if cluster else ""
     else:
         visible = os.path.isdir(process.raw_dir)  # this node's, or one file system on all
         items = unreachable_reports(process, where, reason, history, process.backend,
