@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -134,3 +137,41 @@ def raw_leftovers(output_dir: str) -> List[str]:
     raw = os.path.join(output_dir, ".raw")
     return sorted(os.path.relpath(os.path.join(d, f), raw) for d, _, fs in os.walk(raw)
                   for f in fs)
+
+
+# ---------------------------------------------------------------------- a driver that dies
+
+
+def verlprof_cli(*args: str) -> subprocess.CompletedProcess:
+    """``verlprof ARGS`` in a process of its own, as a user runs it."""
+    return subprocess.run([str(VENV_BIN / "verlprof"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+
+
+def kill_demo_at(args: Sequence[str], marker: str, timeout_s: float = 240.0) -> None:
+    """``verlprof demo ARGS`` (counted), SIGKILLed once ``marker`` exists (a fault wrote it:
+    the step it waits in has begun), as a driver that dies."""
+    COUNTS["demo_runs"] += 1
+    demo = subprocess.Popen([str(VENV_BIN / "verlprof"), "demo", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(marker):
+            assert demo.poll() is None, demo.stdout.read() if demo.stdout else ""
+            assert time.monotonic() < deadline, f"{marker} never written"
+            time.sleep(0.2)
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+
+
+def wait_until_ended(output_dir: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """``verlprof status`` once it says the run ended without finalize (Ray ends a dead
+    driver's actors, its controller too), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while "ended without finalize" not in (status := verlprof_cli("status", output_dir)).stdout:
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(1)
+    return status

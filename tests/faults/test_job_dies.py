@@ -8,9 +8,6 @@ opened) and ``verlprof report`` summarises it."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 
 import pytest
 
@@ -24,43 +21,24 @@ FOUR_STEPS = ["trainer.total_training_steps=4", "trainer.profile_steps=[1,2,3,4]
               "reward_model.enable=false", "trainer.controller_nsight_options=null"]
 
 
-def verlprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(harness.VENV_BIN / "verlprof"), *args], capture_output=True,
-                          text=True, timeout=300, cwd=str(harness.ROOT))
+verlprof = harness.verlprof_cli
 
 
 def test_a_driver_killed_after_two_of_four_profiled_steps(ray_cluster, ray_head, tmp_path):
     out = str(tmp_path / "out")
     marker = str(tmp_path / "step3.json")
-    cmd = [str(harness.VENV_BIN / "verlprof"), "demo", "--config", harness.CONFIG,
-           "--ray-address", ray_head.address, f"trainer.profiler.output_dir={out}",
-           *FOUR_STEPS,
-           "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:update_actor,step:3,"
-           f"action:sleep,seconds:120,marker:'{marker}'}}]"]
-    harness.COUNTS["demo_runs"] += 1
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=str(harness.ROOT))
-    try:
-        deadline = time.monotonic() + 240
-        while not os.path.exists(marker):  # step 3's window is open, steps 1-2 closed
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "step 3 never started"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    harness.kill_demo_at([
+        "--config", harness.CONFIG, "--ray-address", ray_head.address,
+        f"trainer.profiler.output_dir={out}", *FOUR_STEPS,
+        "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:update_actor,step:3,"
+        f"action:sleep,seconds:120,marker:'{marker}'}}]"], marker)  # in step 3: 1-2 closed
     running = harness.read_manifest(out)
     assert running["running"] is True
     closed = [e for e in running["reports"] if e["steps"] in ([1], [2])]
     assert len(closed) == 2 and all(e["status"] == "ok" or e["reason"].startswith("pending")
                                     for e in closed)
 
-    deadline = time.monotonic() + 120  # Ray ends the dead driver's actors, the controller too
-    while "ended without finalize" not in (status := verlprof("status", out)).stdout:
-        assert time.monotonic() < deadline, status.stdout + status.stderr
-        time.sleep(1)
+    status = harness.wait_until_ended(out)
     assert status.returncode == 0
     assert f"run `verlprof collect {out}` to place what it left" in status.stdout
 

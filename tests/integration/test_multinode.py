@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import CONFIG
+from tests.faults import harness
 from tests.helpers import require_nsys
 from tests.integration.runtime_helpers import files_on_disk, nvtx_names, planned_files, run_case
 from tests.ray_start import RayStartNode
@@ -134,15 +134,21 @@ def test_verls_engine_traces_on_another_node_reach_the_output_dir(two_nodes, tmp
     assert not list(tmp_path.glob("agent_loop_rollout_replica_*/*"))  # deleted where written
 
 
-@pytest.fixture
-def apart(two_nodes):
-    """A third node with a disk of its own, joined for one test."""
-    node = RayStartNode(name="apart", head_address=two_nodes.address, num_cpus=2,
-                        resources={"apart_node": 100}, own_mounts=True)
+def third_node(two_nodes, name: str):
+    """A third node (resource ``<name>_node``) that can have a disk of its own, joined for
+    one test and stopped after it."""
+    node = RayStartNode(name=name, head_address=two_nodes.address, num_cpus=2,
+                        resources={f"{name}_node": 100}, own_mounts=True)
     try:
         yield node.wait_ready()
     finally:
         node.stop()
+
+
+@pytest.fixture
+def apart(two_nodes):
+    """A third node with a disk of its own, joined for one test."""
+    yield from third_node(two_nodes, "apart")
 
 
 def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apart, tmp_path):
@@ -152,9 +158,7 @@ def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apar
     that node: steps 1-2 arrive over Ray, whole (each opened with ``nsys export``), listed
     with that node; they are deleted there, the node's nsys agents are gone, step 4 is
     ``missing`` as never opened."""
-    import signal
     import subprocess
-    import sys
     import time
 
     from tests.helpers import assert_no_leaked_agents
@@ -163,9 +167,8 @@ def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apar
     out, marker = str(tmp_path / "out"), str(tmp_path / "step3.json")
     raw = os.path.join(out, ".raw")
     apart.hide(raw)
-    verlprof = os.path.join(os.path.dirname(sys.executable), "verlprof")
-    demo = subprocess.Popen([
-        verlprof, "demo", "--config", CONFIG, "--ray-address", two_nodes.address,
+    harness.kill_demo_at([  # in step 3: steps 1-2 closed
+        "--config", harness.CONFIG, "--ray-address", two_nodes.address,
         f"trainer.profiler.output_dir={out}", "trainer.total_training_steps=4",
         "trainer.profile_steps=[1,2,3,4]", "trainer.n_gpus_per_node=1",
         "actor_rollout_ref.actor.profile_ranks=[]", "actor_rollout_ref.rollout.profile_ranks=[]",
@@ -173,27 +176,9 @@ def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apar
         "trainer.controller_nsight_options=null", "+demo.controller_resources={head_node: 1}",
         "+demo.worker_resources={actor_rollout_ref: {head_node: 1}, critic: {apart_node: 1}}",
         "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:update_actor,step:3,"
-        f"action:sleep,seconds:120,marker:'{marker}'}}]"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not os.path.exists(marker):  # step 3's windows are open, steps 1-2 closed
-            assert demo.poll() is None, demo.stdout.read() if demo.stdout else ""
-            assert time.monotonic() < deadline, "step 3 never started"
-            time.sleep(0.2)
-        demo.send_signal(signal.SIGKILL)
-        demo.wait(timeout=30)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
+        f"action:sleep,seconds:120,marker:'{marker}'}}]"], marker)
+    harness.wait_until_ended(out)
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([verlprof, *args], capture_output=True, text=True, timeout=300)
-
-    deadline = time.monotonic() + 120  # Ray ends the dead driver's actors, the controller too
-    while "ended without finalize" not in (status := run("status", out)).stdout:
-        assert time.monotonic() < deadline, status.stdout + status.stderr
-        time.sleep(1)
     def reports_in(directory: str) -> list:
         return sorted(str(p) for p in Path(directory).rglob("*.nsys-rep"))
 
@@ -208,7 +193,8 @@ def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apar
         while os.readlink(there) != raw or len(reports_in(there)) < 2:  # nsys wrote 1-2
             assert time.monotonic() < deadline, f"on the other node: {reports_in(there)}"
             time.sleep(0.2)
-        collected = run("collect", out, "--address", two_nodes.address, "--timeout", "60")
+        collected = harness.verlprof_cli("collect", out, "--address", two_nodes.address,
+                                         "--timeout", "60")
         assert not reports_in(there), reports_in(there)  # each one placed, deleted there
     finally:
         holder.kill()
@@ -234,12 +220,7 @@ def test_collect_of_a_killed_driver_reads_what_another_node_kept(two_nodes, apar
 @pytest.fixture
 def doomed(two_nodes):
     """A third node, joined for one test, which kills it."""
-    node = RayStartNode(name="doomed", head_address=two_nodes.address, num_cpus=2,
-                        resources={"doomed_node": 100}, own_mounts=True)
-    try:
-        yield node.wait_ready()
-    finally:
-        node.stop()
+    yield from third_node(two_nodes, "doomed")
 
 
 def test_a_lost_node_keeps_its_closed_windows(doomed, tmp_path):
