@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from tests.ray_start import (  # noqa: F401 - the fault modules use them through the harness
     RayStartNode,
@@ -52,16 +52,19 @@ def assert_no_leftovers(timeout_s: float = 30.0) -> None:
     """No ``nsys --start-agent`` and no ``nsys profile`` of this session (bounded wait for
     ones whose owner is still finishing). What is found is ended before the assertion, so
     that only the test that left it fails, not every later one that looks."""
-    agents = wait_until_gone(our_agents, timeout_s)
-    found = [cmdline(p) for p in agents]
-    if agents:
-        terminate_processes(lambda: [p for p in our_agents() if p in agents])
-    assert not agents, f"nsys agents left behind: {found}"
-    profilers = wait_until_gone(lambda: our_processes("nsys profile"), 5.0)
-    found = [cmdline(p) for p in profilers]
-    if profilers:
-        terminate_processes(lambda: [p for p in our_processes("nsys profile") if p in profilers])
-    assert not profilers, f"nsys profile processes left: {found}"
+    agents = _ended(our_agents, timeout_s)
+    profilers = _ended(lambda: our_processes("nsys profile"), 5.0)
+    assert not agents and not profilers, \
+        f"nsys agents left behind: {agents}; nsys profile processes left: {profilers}"
+
+
+def _ended(find: Callable[[], List[int]], wait_s: float) -> List[str]:
+    """The command lines of what ``find`` still lists after ``wait_s``, ended."""
+    found = wait_until_gone(find, wait_s)
+    lines = [cmdline(p) for p in found]
+    if found:
+        terminate_processes(lambda: [p for p in find() if p in found])
+    return lines
 
 
 # ------------------------------------------------------------------------------ the Ray head

@@ -12,7 +12,6 @@ import sys
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
-from verlprof.backends.nsys.procs import reap_orphan_agents
 from verlprof.config import load_config
 from verlprof.demo.default_config import DEFAULT_CONFIG
 from verlprof.demo.local_ray import choose_token_auth
@@ -20,7 +19,7 @@ from verlprof.demo.local_ray import ray_address as ray_address_for
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
-from verlprof.runtime.teardown import Settled
+from verlprof.runtime.teardown import end_late_agents
 from verlprof.safe_text import visible
 
 
@@ -127,8 +126,7 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
                 _settle_controller(who, plan.output_dir)
                 # a worker's nsys that finished after its settle looked leaves its agent
                 # orphaned only now: this run's (marked) on the driver's node go too
-                late = Settled(ended_agents=tuple(
-                    a.pid for a in reap_orphan_agents(plan.output_dir))).agents_line()
+                late = end_late_agents(plan.output_dir).agents_line()
                 if late:
                     print(f"verlprof: {late}", flush=True)
     except BaseException:

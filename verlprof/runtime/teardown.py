@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from verlprof import paths
 from verlprof.backends import get_backend
 from verlprof.backends.nsys.cli import reap_orphan_agents
-from verlprof.backends.nsys.procs import send_signal
+from verlprof.backends.nsys.procs import owned_agents, send_signal
 from verlprof.plan_model import ProcessPlan
 from verlprof.records import Target
 from verlprof.worker.identity import node_id as this_node_id
@@ -73,6 +73,24 @@ def settle_profilers(pids: Sequence[int], timeout_s: float, owner: str) -> Settl
     return Settled(
         problems=tuple(f"profiler pid {p} still running after {timeout_s:g}s" for p in waiting),
         ended_agents=tuple(a.pid for a in reap_orphan_agents(owner)))
+
+
+LATE_AGENTS_WAIT_S = 30.0
+"""How long a driver's last look waits for its run's agents whose nsys still finishes."""
+
+
+def end_late_agents(owner: str, wait_s: float = LATE_AGENTS_WAIT_S) -> Settled:
+    """A driver's last look, once its run has ended: the run's agents on this node (marked
+    ``owner``) that are orphaned are ended, and while some still have their nsys it looks
+    again, up to ``wait_s``. A process that goes last (the workers and replica servers Ray
+    ends with their runner) finishes its nsys after every settle looked: such agents once
+    outlived a full CI run."""
+    deadline = time.monotonic() + wait_s
+    ended = [a.pid for a in reap_orphan_agents(owner)]
+    while owned_agents(owner) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        ended += [a.pid for a in reap_orphan_agents(owner)]
+    return Settled(ended_agents=tuple(ended))
 
 
 def settle_on_nodes(pids_by_node: Dict[str, List[int]], timeout_s: float,
@@ -180,5 +198,6 @@ def task_on_node(func, node_id: str):
     return ray.remote(num_cpus=0)(func).options(**options)
 
 
-__all__ = ["alive", "discard", "exit_outputs", "exit_outputs_on_nodes", "on_node", "read_chunk",
-           "Settled", "settle_profilers", "settle_on_nodes", "signal_on_node", "task_on_node"]
+__all__ = ["LATE_AGENTS_WAIT_S", "Settled", "alive", "discard", "end_late_agents", "exit_outputs",
+           "exit_outputs_on_nodes", "on_node", "read_chunk", "settle_on_nodes", "settle_profilers",
+           "signal_on_node", "task_on_node"]

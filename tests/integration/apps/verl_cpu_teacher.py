@@ -15,6 +15,7 @@ from typing import Any, Dict, Sequence
 import ray
 
 from tests.integration.apps.verl_cpu_trainer import ENGINE_MODULE, STEPS, compose, replicas_observed
+from verlprof.runtime.teardown import end_late_agents
 
 REQUESTS = 2
 """Requests each teacher replica answers per step."""
@@ -70,20 +71,7 @@ def run_teacher(overrides: Sequence[str], save_path: str) -> Dict[str, Any]:
         return ray.get(runner.run.remote(list(overrides), save_path))
     finally:
         ray.kill(runner)
-        _end_late_agents(os.path.abspath(save_path))
-
-
-def _end_late_agents(output_dir: str, wait_s: float = 30.0) -> None:
-    """A replica's nsys finishes only once its server goes with the runner, after the
-    bridge's finish settled the profilers: the agent it now and then leaves (CI saw one) is
-    ended here, as a driver's last look does (``verlprof.demo.run``)."""
-    import time
-
-    from verlprof.backends.nsys.procs import OWNER_ENV, carries_env, list_agents, reap_orphan_agents
-
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        reap_orphan_agents(output_dir)
-        if not [a for a in list_agents() if carries_env(a.pid, OWNER_ENV, output_dir)]:
-            return
-        time.sleep(0.5)
+        # a replica's nsys finishes only once its server goes with the runner, after the
+        # bridge's finish settled the profilers: the agent it now and then leaves (CI saw
+        # one) is ended by the driver's last look, as verlprof's launcher does
+        end_late_agents(os.path.abspath(save_path))

@@ -239,6 +239,11 @@ def orphan_agents(older_than_s: float = 60.0) -> List[AgentProcess]:
     return [a for a in list_agents() if a.age_s >= older_than_s and not _owner_alive(a)]
 
 
+def owned_agents(owner: str) -> List[AgentProcess]:
+    """The agents, orphaned or not, whose environment carries ``OWNER_ENV=owner``: one run's."""
+    return [a for a in list_agents() if carries_env(a.pid, OWNER_ENV, owner)]
+
+
 def owned_orphan_agents(owner: str) -> List[AgentProcess]:
     """The orphaned agents whose environment carries ``OWNER_ENV=owner``: one run's."""
     return [a for a in orphan_agents(0) if carries_env(a.pid, OWNER_ENV, owner)]

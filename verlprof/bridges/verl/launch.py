@@ -42,6 +42,7 @@ from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
 from verlprof.runtime.ownership import claim_output
 from verlprof.runtime.ray_options import controller_options
+from verlprof.runtime.teardown import end_late_agents
 
 STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""
@@ -129,8 +130,13 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
             # the output directory is this run's before verl starts anything
             run = claim_output(prepare(config))
             with run:
-                result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
-                                                            run.env()), *args, **kwargs)
+                try:
+                    result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
+                                                                run.env()), *args, **kwargs)
+                finally:  # the workers and replicas went with the TaskRunner: the last look
+                    late = end_late_agents(run.plan.output_dir).agents_line()
+                    if late:
+                        print(f"verlprof: {late}", flush=True)
         except Exception as err:
             ours = verlprof_error(err)
             if ours is None:
