@@ -370,3 +370,38 @@ def test_the_verl_launcher_refuses_in_one_line_before_verl_starts_anything(tmp_p
     assert info.value.code == 2 and not started
     assert err.startswith("verlprof: trainer.profiler.output_dir: ") and err.count("\n") == 1
     assert first["run_id"] in err
+
+
+@pytest.mark.parametrize("ends", ["returns", "interrupted"])
+def test_the_verl_launcher_looks_for_late_agents_and_waits_only_after_a_clean_end(
+        tmp_path, monkeypatch, ends):
+    """After ``run_ppo`` the launcher ends the run's late nsys agents on this node (a
+    replica's, whose server went last), waiting for its nsys still running; after an error
+    or ^C it looks once and does not wait."""
+    from omegaconf import OmegaConf
+
+    from verlprof.bridges.verl import launch
+    from verlprof.runtime.teardown import LATE_AGENTS_WAIT_S, Settled
+
+    config = OmegaConf.load(CONFIG)
+    OmegaConf.update(config, "trainer.profiler.output_dir", str(tmp_path))
+    OmegaConf.update(config, "trainer.profile_steps", None)
+    looks = []
+    monkeypatch.setattr(launch, "end_late_agents",
+                        lambda owner, wait_s: looks.append((owner, wait_s)) or Settled())
+
+    class TaskRunner:  # verl's, never started: run_ppo here only returns or is interrupted
+        def run(self, config):
+            return None
+
+    def run_ppo(*args, **kwargs):
+        if ends == "interrupted":
+            raise KeyboardInterrupt
+        return "fit done"
+
+    if ends == "interrupted":
+        with pytest.raises(KeyboardInterrupt):
+            launch.wrap_run_ppo(run_ppo)(config, TaskRunner)
+    else:
+        assert launch.wrap_run_ppo(run_ppo)(config, TaskRunner) == "fit done"
+    assert looks == [(str(tmp_path), 0.0 if ends == "interrupted" else LATE_AGENTS_WAIT_S)]

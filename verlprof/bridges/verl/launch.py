@@ -42,7 +42,7 @@ from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
 from verlprof.runtime.ownership import claim_output
 from verlprof.runtime.ray_options import controller_options
-from verlprof.runtime.teardown import end_late_agents
+from verlprof.runtime.teardown import LATE_AGENTS_WAIT_S, end_late_agents
 
 STEP_KEYS = ("global_profiler.steps", "trainer.profile_steps")
 """Where verl reads its profiled steps (0.6+, then the older layouts)."""
@@ -133,10 +133,10 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
                 try:
                     result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
                                                                 run.env()), *args, **kwargs)
-                finally:  # the workers and replicas went with the TaskRunner: the last look
-                    late = end_late_agents(run.plan.output_dir).agents_line()
-                    if late:
-                        print(f"verlprof: {late}", flush=True)
+                except BaseException:  # one look, no wait: an error or ^C should end now
+                    _last_look(run.plan, wait_s=0.0)
+                    raise
+                _last_look(run.plan)  # the workers and replicas went with the TaskRunner
         except Exception as err:
             ours = verlprof_error(err)
             if ours is None:
@@ -148,6 +148,12 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
 
     run_ppo_profiled.__wrapped__ = run_ppo  # type: ignore[attr-defined]
     return run_ppo_profiled
+
+
+def _last_look(plan: ProfilePlan, wait_s: float = LATE_AGENTS_WAIT_S) -> None:
+    late = end_late_agents(plan.output_dir, wait_s).agents_line()
+    if late:
+        print(f"verlprof: {late}", flush=True)
 
 
 def _exit_if_nothing_profiled(plan: ProfilePlan) -> None:
