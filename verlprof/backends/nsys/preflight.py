@@ -7,9 +7,8 @@ from typing import Optional, Sequence
 from verlprof.backends.nsys.cli import dry_run as nsys_dry_run
 from verlprof.backends.nsys.cli import find_nsys, strip_output_options
 
-INTERNAL_FAULT = "Throw in function"
-"""How nsys reports an exception in its own code (``<file>.cpp(<line>): Throw in function
-...``), as opposed to an option it rejects; such a trial run is made once more."""
+DID_NOT_FINISH = "nsys did not finish"
+"""How :func:`verlprof.backends.nsys.cli.dry_run` begins a trial run past its timeout."""
 
 
 def dry_run_key(argv: Sequence[str]) -> tuple:
@@ -34,10 +33,11 @@ def check_launch_argv(argv: Sequence[str], timeout_s: float = 60.0,
     if not dry_run:
         return None
     problem = nsys_dry_run([exe, *argv[1:]], timeout_s=timeout_s)
-    if problem is not None and INTERNAL_FAULT in problem:
-        # nsys' own code threw (seen: ProcessWaiterImpl, two trial runs at one moment on a
-        # busy machine), not its option parser: such a fault passes, a rejected option stays
+    if problem is not None and not problem.startswith(DID_NOT_FINISH):
+        # one more trial: a rejected option fails again, a fault of nsys' own passes (seen on
+        # a busy machine: an exception thrown in its ProcessWaiter with two trial runs at one
+        # moment; "End of file" from a valid controller's options during a full test run)
         problem = nsys_dry_run([exe, *argv[1:]], timeout_s=timeout_s)
-    if problem is None or problem.startswith("nsys did not finish"):
+    if problem is None or problem.startswith(DID_NOT_FINISH):
         return problem
     return f"nsys rejected these options in a {timeout_s:g}s trial run: {problem}"
