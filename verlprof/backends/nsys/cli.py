@@ -370,6 +370,10 @@ def strip_output_options(opts: Sequence[str]) -> List[str]:
     return out
 
 
+DID_NOT_FINISH = "nsys did not finish"
+"""How :func:`dry_run` begins its answer for a trial run past its timeout."""
+
+
 def dry_run(argv_prefix: Sequence[str], timeout_s: float = 30.0,
             app_argv: Optional[Sequence[str]] = None) -> Optional[str]:
     """Check nsys options before training: ``<argv_prefix> -o <tmp> -f true python -c pass``.
@@ -395,14 +399,14 @@ def dry_run(argv_prefix: Sequence[str], timeout_s: float = 30.0,
         except OSError as exc:
             return f"cannot run {prefix[0]}: {exc}"
     if res.timed_out:
-        return (f"nsys did not finish a trial run of {app[0]} within {timeout_s:g}s "
+        return (f"{DID_NOT_FINISH} a trial run of {app[0]} within {timeout_s:g}s "
                 "(options that hang here? e.g. CPU sampling or context-switch tracing "
                 "without --sample=none --cpuctxsw=none)")
     return res.error_line()
 
 
-__all__ = ["AgentProcess", "MARKER_ENV", "NsysError", "NsysExportError", "NsysResult",
-           "ReportWait", "dry_run", "export_sqlite", "find_nsys", "first_error_line",
+__all__ = ["AgentProcess", "DID_NOT_FINISH", "MARKER_ENV", "NsysError", "NsysExportError",
+           "NsysResult", "ReportWait", "dry_run", "export_sqlite", "find_nsys", "first_error_line",
            "list_agents", "marked_processes", "nsys_version", "orphan_agents",
            "parse_nsys_version", "reap_orphan_agents", "run_nsys", "sqlite_path_for",
            "terminate_processes", "version_tuple", "wait_for_reports"]

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from verlprof.backends.nsys.cli import DID_NOT_FINISH, find_nsys, strip_output_options
 from verlprof.backends.nsys.cli import dry_run as nsys_dry_run
-from verlprof.backends.nsys.cli import find_nsys, strip_output_options
-
-DID_NOT_FINISH = "nsys did not finish"
-"""How :func:`verlprof.backends.nsys.cli.dry_run` begins a trial run past its timeout."""
 
 
 def dry_run_key(argv: Sequence[str]) -> tuple:
