@@ -50,11 +50,19 @@ def add_capture_subcommands(sub: Any) -> None:
     capture.add_argument("--wait", action="store_true",
                          help="return once the reports are in the manifest (the job's end)")
     capture.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                         help="seconds to wait for the decision, and with --wait the reports")
-    status = sub.add_parser("status", help="where a running job stands (steps, windows, "
-                                           "requests, reports)")
-    status.add_argument("output_dir", metavar="OUTPUT_DIR")
-    status.add_argument("--address", default=None, help="the job's Ray address")
+                         help="seconds to wait for the decision, and with --wait the "
+                              "reports (default 600)")
+    status = sub.add_parser(
+        "status", help="where a job stands: running, finished, or died before finalize",
+        description="For a job taking capture requests: its step, open windows, requests and "
+                    "reports. Otherwise, from OUTPUT_DIR/manifest.json: finished (finalized), "
+                    "still running (the run lock's holder, host and pid), or ended without "
+                    "finalize (its controller gone), with the verlprof collect command that "
+                    "places what it left. Exit 0; 2 when OUTPUT_DIR has no manifest.")
+    status.add_argument("output_dir", metavar="OUTPUT_DIR",
+                        help="the run's trainer.profiler.output_dir")
+    status.add_argument("--address", default=None,
+                        help="the job's Ray address (default: the one the job wrote)")
     collect = sub.add_parser(
         "collect", help="place the reports a job left when it ended without finalize",
         description="For a run whose controller died (killed, its node lost) before "
@@ -62,11 +70,14 @@ def add_capture_subcommands(sub: Any) -> None:
                     "can see (ok; incomplete for a window cut short), name why not for the "
                     "rest, and rewrite manifest.json (no longer running); then end the "
                     "nsys agents the run's profilers left running on this machine. A "
-                    "finalized run is left as it is; a run still going is refused.")
-    collect.add_argument("output_dir", metavar="OUTPUT_DIR")
+                    "finalized run is left as it is; a run still going is refused (exit 2). "
+                    "Exit 0 when every report is ok, else 1.")
+    collect.add_argument("output_dir", metavar="OUTPUT_DIR",
+                         help="the dead run's trainer.profiler.output_dir (verlprof status "
+                              "names it)")
     collect.add_argument("--timeout", type=float, default=30.0, metavar="S",
                          help="seconds to wait for a tool still writing a report, and for "
-                              "the run's nsys processes here to exit")
+                              "the run's nsys processes here to exit (default 30)")
     collect.add_argument("--address", default=None, metavar="ADDR",
                          help="the job's Ray cluster (still up after its driver died): "
                               "also place what its processes left on other nodes, read "
