@@ -16,6 +16,7 @@ from verlprof.config import load_config
 from verlprof.demo.default_config import DEFAULT_CONFIG
 from verlprof.demo.local_ray import choose_token_auth
 from verlprof.demo.local_ray import ray_address as ray_address_for
+from verlprof.demo.settings import DemoSettings, demo_settings
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
@@ -70,15 +71,16 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     """
     from verlprof.runtime.ownership import claim_output
 
+    settings = demo_settings(loaded.raw)  # a bad demo key: one line, before anything starts
     with claim_output(plan) as claim:  # before anything starts; released however this ends
         for note in claim.notes:  # an earlier run moved aside, a stale lock taken over
             print(f"verlprof: warning: {visible(note)}", file=sys.stderr, flush=True)
-        return {**_run_claimed(loaded, claim.plan, claim.env(), ray_address=ray_address,
+        return {**_run_claimed(settings, claim.plan, claim.env(), ray_address=ray_address,
                                start_timeout_s=start_timeout_s, runner_class=runner_class),
                 "run_id": claim.run_id, "output_dir": claim.output_dir}
 
 
-def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
+def _run_claimed(settings: DemoSettings, plan: ProfilePlan, run_env: Dict[str, str], *,
                  ray_address: Optional[str], start_timeout_s: float,
                  runner_class: Any) -> Dict[str, Any]:
     import ray
@@ -99,9 +101,8 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
     guard = SignalGuard()
     guard.install()  # after ray.init, which installs its own SIGTERM handler
     try:
-        demo = loaded.raw.get("demo") or {}
-        placement = ({"resources": dict(demo["controller_resources"])}
-                     if demo.get("controller_resources") else {})
+        placement = ({"resources": dict(settings.controller_resources)}
+                     if settings.controller_resources else {})
         runner_cls: Any = runner_class or TaskRunner
         # the controller adopts this run's claim (run_env) instead of claiming again
         runner = runner_cls.options(**controller_options(plan, {"env_vars": run_env}),
@@ -109,7 +110,7 @@ def _run_claimed(loaded, plan: ProfilePlan, run_env: Dict[str, str], *,
         who: Optional[ProcessIdentity] = None
         try:
             who = ray.get(runner.identity.remote(), timeout=start_timeout_s)
-            run = runner.run.remote(loaded.raw, plan.to_dict(), "quick")
+            run = runner.run.remote(settings, plan, "quick")
             try:
                 return ray.get(run)
             except BaseException:
@@ -193,8 +194,10 @@ def run_demo(config_path: Optional[str], overrides: Sequence[str] = (),
     print(f"verlprof manifest: {os.path.join(output_dir, 'manifest.json')}")
     if plan.enabled:  # the tables in the terminal, summary/ files and the timeline
         from verlprof.report import summarize
+        from verlprof.report.cli import trace_of_report
 
-        summarize(output_dir)  # prints the tables, the files it wrote and the next steps
+        summary = summarize(output_dir)  # prints the tables, the files it wrote, next steps
+        trace_of_report(output_dir, summary=summary)  # summary/trace.pftrace, as report does
     return 0 if set(counts) <= {"ok"} else 1
 
 

@@ -48,7 +48,8 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
         description="Read every report listed in OUTPUT_DIR/manifest.json (nsys reports "
                     "through 'nsys export', cached as .sqlite next to each), print one table "
                     "per step (phase x rank, in ms) and the stragglers, and write "
-                    "summary/summary.csv, summary.md, timeline.png and timeline.html. Missing "
+                    "summary/summary.csv, summary.md, timeline.png, timeline_steps.png, "
+                    "timeline.html and trace.pftrace (the Perfetto trace). Missing "
                     "or unreadable reports are listed with the reason; the rest are still "
                     "summarised.",
         epilog="then open single reports: nsys-ui <report>.nsys-rep (or nsys stats in a "
@@ -133,7 +134,8 @@ def run_report_command(args: argparse.Namespace) -> int:
 
             print(json.dumps(json_out.summary_json(summary), indent=2, ensure_ascii=False))
         else:
-            _trace(args, manifest, summary)
+            trace_of_report(args.output_dir, manifest, summary,
+                            write=getattr(args, "trace", True))
         not_ok = [r for r in json_out.report_statuses(summary) if r["status"] != "ok"]
         if getattr(args, "strict", False) and not_ok:
             print(f"verlprof: report: --strict: {len(not_ok)} report(s) not ok (first: "
@@ -153,18 +155,19 @@ def run_report_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _trace(args: argparse.Namespace, manifest, summary=None) -> None:
-    """The run's trace (its line states the clocks' largest error bound; see
-    :func:`~verlprof.trace.cli.trace_for_report` for when it is left as it is), with an arrow
-    from each controller phase to its slowest rank's call, or that bound
-    alone with ``--no-trace``; a trace that cannot be written never fails the report."""
+def trace_of_report(output_dir: str, manifest=None, summary=None, write: bool = True) -> None:
+    """The run's trace as ``verlprof report`` (and the demo) write it (its line states the
+    clocks' largest error bound; see :func:`~verlprof.trace.cli.trace_for_report` for when it
+    is left as it is), with an arrow from each controller phase to its slowest rank's call, or
+    that bound alone when not ``write`` (``--no-trace``); a trace that cannot be written never
+    fails the report."""
     from verlprof.report.anatomy import trace_links
     from verlprof.trace.cli import trace_for_report
     from verlprof.trace.clock import clock_summary
 
-    if getattr(args, "trace", True):
+    if write:
         anatomy = getattr(summary, "anatomy", None)
-        trace_for_report(args.output_dir, manifest,
+        trace_for_report(output_dir, manifest,
                          links=trace_links(anatomy) if anatomy is not None else ())
     elif manifest is not None:
         print(clock_summary(manifest).line())
