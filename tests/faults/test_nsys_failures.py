@@ -169,6 +169,7 @@ def test_failing_launcher_bounded_worker_start(ray_cluster, tmp_path):
     forever; the demo trainer's start-up wait is bounded and names the rank."""
     import ray
 
+    from verlprof.demo.settings import demo_settings
     from verlprof.demo.trainer import TaskRunner
 
     loaded, plan = _plan(tmp_path, "trainer.controller_nsight_options=null",
@@ -179,7 +180,7 @@ def test_failing_launcher_bounded_worker_start(ray_cluster, tmp_path):
     started = time.monotonic()
     try:
         with pytest.raises(ProfilingRuntimeError) as info:
-            ray.get(runner.run.remote(loaded.raw, plan.to_dict(), False), timeout=120)
+            ray.get(runner.run.remote(demo_settings(loaded.raw), plan, False), timeout=120)
     finally:
         ray.wait([runner.__ray_terminate__.remote()], timeout=30)
     assert time.monotonic() - started < 60

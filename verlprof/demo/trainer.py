@@ -6,16 +6,8 @@ owning group: rollout ``generate_sequences``, actor ``compute_log_prob``, ref
 ``compute_ref_log_prob``, critic ``compute_values``, rm ``compute_rm_score``, critic
 ``update_critic``, actor ``update_actor``.
 
-The ``demo:`` block of the config (ignored by verlprof itself) also lets you rehearse faults:
-
-``demo.faults: [{group, rank, phase, step, action, seconds, marker, release}]``
-    planted in that rank's ``phase`` on its ``step``-th call (= training step ``step``):
-    ``kill`` (SIGKILL itself), ``raise`` (an exception), ``sleep`` (``seconds``, a stuck rank;
-    sooner once the file ``release`` exists, so a rehearsal need not wait the worst case out);
-    ``marker``: a file written (JSON: pid, phase, step) just before the fault fires.
-``demo.on_worker_death``: ``stop`` (default, like verl: the step fails) or ``continue`` (the
-    dead rank is dropped and its share of the batch goes to the others).
-``demo.worker_start_timeout_s``: bound on worker start-up (default 300).
+Its settings (steps, batch, planted faults and stragglers) are the record
+:class:`~verlprof.demo.settings.DemoSettings`, checked on the driver.
 """
 
 from __future__ import annotations
@@ -26,12 +18,13 @@ import os
 import signal
 import time
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import ray
 import torch
 
 from verlprof.demo import workers
+from verlprof.demo.settings import DemoSettings, Fault
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.plan_model import ProfilePlan
 from verlprof.records import ProcessIdentity
@@ -63,40 +56,11 @@ def group_class(roles: Sequence[str]) -> type:
         _FUSED[classes] = type(name, classes, {"__module__": __name__})
     return _FUSED[classes]
 
-FAULT_ACTIONS = ("kill", "raise", "sleep")
-
-
-def _demo(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    return config.get("demo") or {}
-
-
-def _delays(config: Mapping[str, Any], group: str, rank: int) -> Dict[str, float]:
-    """Planted stragglers from ``demo.stragglers: [{group, rank, phase, seconds}]``."""
-    return {str(item["phase"]): float(item.get("seconds", 0.2))
-            for item in _demo(config).get("stragglers") or []
-            if item.get("group") == group and int(item.get("rank", -1)) == rank}
-
-
-def _faults(config: Mapping[str, Any], group: str, rank: int) -> List[Dict[str, Any]]:
-    """Planted faults of one rank (``demo.faults``), checked."""
-    out = []
-    for i, item in enumerate(_demo(config).get("faults") or []):
-        if item.get("group") != group or int(item.get("rank", -1)) != rank:
-            continue
-        fault = dict(item)
-        if fault.get("action") not in FAULT_ACTIONS:
-            raise ValueError(f"demo.faults[{i}].action: one of {', '.join(FAULT_ACTIONS)}, "
-                             f"not {fault.get('action')!r}")
-        fault["step"] = int(fault.get("step", 1))
-        out.append(fault)
-    return out
-
-
 class _PlantedFaults:
     """Mixed into a demo worker class when faults are planted on that rank."""
 
     def __init__(self, rank: int, delays: Optional[Dict[str, float]] = None,
-                 faults: Sequence[Dict[str, Any]] = ()):
+                 faults: Sequence[Fault] = ()):
         super().__init__(rank, delays)  # type: ignore[call-arg]
         self._planted = list(faults)
         self._phase_calls: Counter = Counter()
@@ -104,24 +68,24 @@ class _PlantedFaults:
     def _delay(self, phase: str) -> None:
         self._phase_calls[phase] += 1
         for fault in self._planted:
-            if fault["phase"] == phase and fault["step"] == self._phase_calls[phase]:
+            if fault.phase == phase and fault.step == self._phase_calls[phase]:
                 _fire(fault, phase)
         super()._delay(phase)  # type: ignore[misc]
 
 
-def _fire(fault: Dict[str, Any], phase: str) -> None:
-    if fault.get("marker"):
-        tmp = f"{fault['marker']}.{os.getpid()}.tmp"
+def _fire(fault: Fault, phase: str) -> None:
+    if fault.marker:
+        tmp = f"{fault.marker}.{os.getpid()}.tmp"
         with open(tmp, "w") as handle:
-            json.dump({"pid": os.getpid(), "phase": phase, "step": fault["step"],
-                       "action": fault["action"]}, handle)
-        os.replace(tmp, fault["marker"])
-    if fault["action"] == "kill":
+            json.dump({"pid": os.getpid(), "phase": phase, "step": fault.step,
+                       "action": fault.action}, handle)
+        os.replace(tmp, fault.marker)
+    if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif fault["action"] == "raise":
-        raise RuntimeError(f"planted fault in {phase} (step {fault['step']})")
-    elif fault["action"] == "sleep":
-        _stuck(float(fault.get("seconds", 30)), fault.get("release"))
+    elif fault.action == "raise":
+        raise RuntimeError(f"planted fault in {phase} (step {fault.step})")
+    elif fault.action == "sleep":
+        _stuck(fault.seconds, fault.release)
 
 
 def _stuck(seconds: float, release: Optional[str]) -> None:
@@ -145,34 +109,30 @@ def _faulty(cls: type) -> type:
 class PPOTrainer:
     """Creates the worker groups (wrapping only planned ranks) and runs the step loop."""
 
-    def __init__(self, config: Mapping[str, Any], plan: ProfilePlan, *,
-                 preflight: Any = True):
-        self.config = config
+    def __init__(self, settings: DemoSettings, plan: ProfilePlan, *, preflight: Any = True):
         self.plan = plan
-        trainer = config.get("trainer") or {}
-        demo = _demo(config)
-        self.total_steps = int(trainer.get("total_training_steps", 3))
-        self.batch_size = int((config.get("data") or {}).get("batch_size", 8))
-        self.continue_on_death = str(demo.get("on_worker_death", "stop")) == "continue"
+        self.total_steps = settings.total_steps
+        self.batch_size = settings.batch_size
+        self.continue_on_death = settings.on_worker_death == "continue"
         # the run policy (on_rank_failure, timeouts) comes with the plan, from the YAML
         self.controller = ProfileController(plan, preflight=preflight)
         self.groups: Dict[str, List[Any]] = {}
-        placement = demo.get("worker_resources") or {}
+        placement = settings.worker_resources
         for group in plan.groups:
             base = group_class(group.roles)
             actors = []
             for rank in range(group.world_size):
-                faults = _faults(config, group.name, rank)
+                faults = settings.faults_of(group.name, rank)
                 cls = ray.remote(num_cpus=0)(_faulty(base) if faults else base)
                 extra = ({"resources": dict(placement[group.name])}
                          if group.name in placement else {})
-                args = (rank, _delays(config, group.name, rank)) + ((faults,) if faults else ())
+                args = (rank, settings.delays(group.name, rank)) + ((faults,) if faults else ())
                 actors.append(cls.options(**worker_options(plan, group.name, rank),
                                           **extra).remote(*args))
             self.groups[group.name] = actors
         self.live: Dict[str, List[Tuple[int, Any]]] = {
             name: list(enumerate(actors)) for name, actors in self.groups.items()}
-        self._wait_started(float(demo.get("worker_start_timeout_s", 300.0)))
+        self._wait_started(settings.worker_start_timeout_s)
         for name, actors in self.groups.items():
             self.controller.register_group(name, actors)
 
@@ -319,6 +279,6 @@ class TaskRunner:
         """Host, pid, node and profiler pid of the controller process."""
         return process_identity()
 
-    def run(self, config: Dict[str, Any], plan: Dict[str, Any],
+    def run(self, settings: DemoSettings, plan: ProfilePlan,
             preflight: Any = True) -> Dict[str, Any]:
-        return PPOTrainer(config, ProfilePlan.from_dict(plan), preflight=preflight).fit()
+        return PPOTrainer(settings, plan, preflight=preflight).fit()
