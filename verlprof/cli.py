@@ -185,6 +185,15 @@ def _one_line(err: BaseException) -> str:
     return visible(" ".join(str(err).split()))
 
 
+def _running_state(output_dir: str, manifest) -> str:
+    """Where the run of a manifest still marked running stands, as ``verlprof status`` says:
+    still going, or ended without finalize (then with the ``verlprof collect`` to run)."""
+    from verlprof.runtime.leftovers import state_of
+    from verlprof.safe_text import visible
+
+    return visible(state_of(output_dir, manifest))
+
+
 def _note_existing_run(plan) -> None:
     """What a run would meet in its output directory today (another run, or one going on)."""
     from verlprof.runtime.ownership import POLICY_KEY, inspect
@@ -263,6 +272,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from verlprof.report.cli import run_report_command
 
+        args.running_state = _running_state  # report may not import runtime (its stage)
         return run_report_command(args)
     if args.command == "trace":
         from verlprof.trace.cli import run_trace_command

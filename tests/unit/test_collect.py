@@ -326,3 +326,36 @@ def test_the_final_manifest_reads_back_whole_with_one_report_per_line(tmp_path):
     write_manifest(dataclasses.replace(final, running=True), str(tmp_path))
     with open(path, encoding="utf-8") as handle:
         assert len(handle.read().splitlines()) == 1
+
+
+def test_a_dead_controllers_own_reports_are_placed_by_the_windows_it_opened(tmp_path):
+    """The controller under nsys, killed in its second of three planned windows: nsys wrote
+    one report per window it opened (numbered in opening order) when the process ended. The
+    first closed (ok), the second was cut (incomplete), the third never opened (missing);
+    on another host, what this machine cannot see stays missing and says where it is."""
+    import socket
+
+    from verlprof.backends.nsys.controller_capture import left_by_dead_controller
+
+    host = socket.gethostname()
+    folder = tmp_path / "controller"
+    folder.mkdir()
+    for n in (1, 2):
+        (folder / f"controller_{host}_777.{n}.nsys-rep").write_bytes(b"x" * n)
+    planned = [(1,), (2,), (3,)]
+    entries = left_by_dead_controller(str(tmp_path), host, 777, "node-a", planned,
+                                      [((1,), True), ((2,), False)], "the run ended", 5.0)
+    assert [(e.steps, e.status, e.path, e.bytes) for e in entries] == [
+        ((1,), "ok", f"controller/controller_{host}_777.1.nsys-rep", 1),
+        ((2,), "incomplete", f"controller/controller_{host}_777.2.nsys-rep", 2),
+        ((3,), "missing", f"controller/controller_{host}_777.3.nsys-rep", 0)]
+    assert entries[1].reason == ("the run ended in this window; the report holds what was "
+                                 "captured until then")
+    assert entries[2].reason == "window never opened: the run ended before step 3"
+    assert {(e.group, e.rank, e.host, e.pid) for e in entries} == {("controller", 0, host, 777)}
+
+    elsewhere = left_by_dead_controller(str(tmp_path), "other-host", 9, "node-b", planned[:1],
+                                        [((1,), True)], "the run ended", 5.0)
+    assert [(e.status, e.reason) for e in elsewhere] == [
+        ("missing", "the run ended; its report stays on host other-host in controller/, if "
+                    "that is kept")]

@@ -255,8 +255,8 @@ def test_requests_are_taken_at_the_next_boundary_and_land_in_the_manifest(tmp_pa
 
     console = Console(record=True, width=100)  # verlprof report on the running job says so
     summarize(str(tmp_path), console=console, picture=False, write=False, progress=False)
-    assert "the job is still running: this manifest lists the on-demand reports gathered " \
-           "so far" in " ".join(console.export_text().split())
+    assert "the job is still running: this manifest lists the reports placed so far" \
+        in " ".join(console.export_text().split())
     manifest = controller.finalize()
     assert not manifest.running
     assert [(e.rank, e.steps, e.status, e.requested_by) for e in manifest.reports] == [

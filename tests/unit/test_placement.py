@@ -132,7 +132,7 @@ def test_leftovers_of_a_controller_that_died_are_placed_by_one_command(tmp_path,
         (3,) in {s.steps for s in p.sent} for p in j.processes) and sum(
         e.status == "ok" for e in on_disk(out).reports) == 4)
     state, _ = leftovers.run_state(out)
-    assert state == f"running (controller pid {os.getpid()} on {socket.gethostname()})"
+    assert state == f"running (run owner pid {os.getpid()} on {socket.gethostname()})"
     controller._placement.finish()
     for rank in ranks:  # the workers end their window as they die; the tool writes it
         rank.verlprof_stop()
@@ -143,7 +143,7 @@ def test_leftovers_of_a_controller_that_died_are_placed_by_one_command(tmp_path,
         json.dump(dataclasses.asdict(holder), handle)
 
     state, _ = leftovers.run_state(out)
-    assert state.startswith(f"{leftovers.ENDED}: controller pid {holder.pid} is not running")
+    assert state.startswith(f"{leftovers.ENDED}: run owner pid {holder.pid} is not running")
     assert state.endswith(f"run `verlprof collect {out}` to place what it left")
     collected = leftovers.collect_leftovers(out, timeout_s=1.0)
     manifest, problems = collected.manifest, collected.problems
@@ -152,7 +152,7 @@ def test_leftovers_of_a_controller_that_died_are_placed_by_one_command(tmp_path,
     assert [seen[(r, (s,))][0] for r in (0, 1) for s in (1, 2, 3)] == ["ok"] * 6
     why = seen[(0, (4,))]
     assert why[0] == "missing" and why[1].startswith(
-        f"window never opened: {leftovers.ENDED} (controller pid {holder.pid} is not running")
+        f"window never opened: {leftovers.ENDED} (run owner pid {holder.pid} is not running")
     assert len(problems) == 2 and not manifest.running
     for entry in manifest.reports:
         if entry.status == "ok":

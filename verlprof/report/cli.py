@@ -123,10 +123,14 @@ def run_report_command(args: argparse.Namespace) -> int:
             from rich.console import Console
 
             quiet = {"console": Console(quiet=True), "progress": False}
+        state_of = getattr(args, "running_state", None)  # verlprof.cli: the run owner's state
+        note = state_of(args.output_dir, manifest) if state_of is not None and \
+            manifest is not None and manifest.running else None
         summary = summarize(args.output_dir, manifest=manifest, threshold=args.threshold,
                             min_excess_ms=getattr(args, "min_excess_ms", DEFAULT_MIN_EXCESS_MS),
                             jobs=args.jobs, picture=args.picture,
-                            per_step=getattr(args, "per_step", None), **quiet)
+                            per_step=getattr(args, "per_step", None), running_note=note,
+                            **quiet)
         from verlprof.report import json_out
 
         if as_json:

@@ -51,13 +51,15 @@ def print_summary(summary: Summary, console: Console, per_step: Optional[bool] =
     print_files(summary, console)
 
 
-def print_findings(summary: Summary, console: Console, per_step: Optional[bool] = None) -> None:
+def print_findings(summary: Summary, console: Console, per_step: Optional[bool] = None,
+                   running_note: Optional[str] = None) -> None:
     """Everything :func:`print_summary` prints but the written files and the next steps:
-    printed while the files are written."""
+    printed while the files are written. ``running_note``: where the run of a manifest still
+    marked running stands (``verlprof status``'s line; the caller may know it)."""
     s = summary
-    if s.manifest.running:  # written after an on-demand window; the job's end rewrites it
-        _line(console, "the job is still running: this manifest lists the on-demand reports "
-                       "gathered so far")
+    if s.manifest.running:  # rewritten as the job runs; its end, or verlprof collect, ends it
+        _line(console, running_note or "the job is still running: this manifest lists the "
+                                       "reports placed so far")
     if not s.records:
         console.print(Text("no phase ranges found in any report", style="yellow"))
     steps = profiled_steps(s.rows)

@@ -43,7 +43,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
               picture: bool = True, console: Optional[Console] = None, write: bool = True,
               export_timeout: float = DEFAULT_EXPORT_TIMEOUT_S,
               progress: Optional[bool] = None, per_step: Optional[bool] = None,
-              manifest: Optional[Manifest] = None) -> Summary:
+              manifest: Optional[Manifest] = None,
+              running_note: Optional[str] = None) -> Summary:
     """Summarise ``output_dir`` (a directory with a ``manifest.json``).
 
     Reads every report (``jobs`` processes, default one per core), builds the per-step table,
@@ -57,6 +58,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     not given, as in the CLI). ``per_step``:
     print the per-step tables (default: only for up to 3 profiled steps; beyond, one table
     across steps; summary.md always has both). ``manifest``: ``output_dir``'s, already read.
+    ``running_note``: printed for a manifest still marked running (where its run stands).
     """
     if threshold <= 0:
         raise ValueError(f"--threshold must be positive, got {threshold:g}")
@@ -76,7 +78,7 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     from verlprof.report.console import print_files, print_findings
 
     print_to = console if console is not None else default_console()
-    print_findings(summary, print_to, per_step)
+    print_findings(summary, print_to, per_step, running_note)
     if writing is not None:
         writing.wait()  # the files are listed last: they must be there
     print_files(summary, print_to)

@@ -51,6 +51,16 @@ class ProcessJournal:
 
 
 @dataclass(frozen=True)
+class ControllerJournal:
+    """The controller's own nsys capture, when it runs under nsys (its host and pid are the
+    manifest's ``controller``): its planned windows, and those it opened, in order (nsys
+    numbers its reports so), with whether each closed."""
+
+    planned: Tuple[StepWindow, ...]
+    sent: Tuple[SentWindow, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunJournal:
     """The processes of a running job (written with each running manifest)."""
 
@@ -58,6 +68,8 @@ class RunJournal:
     tool: str
     output_dir: str
     processes: Tuple[ProcessJournal, ...] = ()
+    controller: Optional[ControllerJournal] = None
+    """None when the controller does not run under nsys."""
 
 
 def journal_path(output_dir: str) -> str:

@@ -19,6 +19,7 @@ job's Ray cluster) it does all of that on every other node too (:mod:`.elsewhere
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from verlprof import paths
+from verlprof.backends.nsys.controller_capture import left_by_dead_controller
 from verlprof.backends.nsys.procs import owned_orphan_agents
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
@@ -35,7 +37,7 @@ from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow, WorkerReport
 from verlprof.runtime.collect import move_all, unreachable_reports
 from verlprof.runtime.elsewhere import Cluster, LeftThere, ask_nodes, connect
 from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, remove_journal
-from verlprof.runtime.run_lock import read_lock, stale_reason
+from verlprof.runtime.run_lock import read_lock, release, stale_reason
 from verlprof.runtime.teardown import Settled, settle_profilers
 from verlprof.safe_text import visible
 
@@ -48,14 +50,19 @@ def run_state(output_dir: str) -> Tuple[str, Manifest]:
     """One line saying where the run of ``output_dir`` stands, and its manifest (ValueError:
     no manifest)."""
     manifest = read_manifest(output_dir)
+    return state_of(output_dir, manifest), manifest
+
+
+def state_of(output_dir: str, manifest: Manifest) -> str:
+    """:func:`run_state`'s line for ``output_dir``'s manifest, already read."""
     if not manifest.running:
         ended = next((w for w in manifest.warnings if w.startswith(ENDED)), None)
-        return (ended or "finished: finalized, every report placed"), manifest
+        return ended or "finished: finalized, every report placed"
     why = controller_gone(output_dir, manifest)
     if why is None:
         holder = read_lock(output_dir)
-        who = f" (controller pid {holder.pid} on {holder.host})" if holder else ""
-        return f"running{who}", manifest
+        who = f" (run owner pid {holder.pid} on {holder.host})" if holder else ""
+        return f"running{who}"
     journal = read_journal(output_dir)
     agents = len(owned_orphan_agents(_owner(journal, manifest)))
     also = f" and end its {agents} nsys agent(s) still running here" if agents else ""
@@ -63,16 +70,19 @@ def run_state(output_dir: str) -> Tuple[str, Manifest]:
     hosts = sorted({p.identity.host for p in journal.processes} - {host}) if journal else []
     address = " --address <the job's Ray address>" if hosts else ""
     return (f"{ENDED}: {why}; run `verlprof collect {output_dir}{address}` to place what it "
-            f"left{also}"), manifest
+            f"left{also}")
 
 
 def controller_gone(output_dir: str, manifest: Manifest) -> Optional[str]:
-    """Why the controller of a running manifest is certainly gone; None while it may run."""
+    """Why the run of a running manifest is certainly gone; None while it may run. Its owner
+    is the holder of the run lock, the process that claimed the output directory: the driver
+    of ``verlprof demo`` and of the verl launcher (which runs the controller in a TaskRunner),
+    else the controller itself."""
     holder = read_lock(output_dir)
     if holder is None or holder.run_id != manifest.run_id:
         return "its run lock is gone"
     why = stale_reason(holder)
-    return None if why is None else f"controller {why}"
+    return None if why is None else f"run owner {why}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,12 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0,
                 entries.append(entry)
             else:
                 entries[where] = entry
+    for entry in _controller_entries(output_dir, manifest, journal, reason, timeout_s):
+        at = index.get(_key(entry))
+        if at is None:
+            entries.append(entry)
+        elif entries[at].status != STATUS_OK:
+            entries[at] = entry
     placed = sum(e.status != STATUS_MISSING for e in entries) - \
         sum(e.status != STATUS_MISSING for e in manifest.reports)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -132,6 +148,7 @@ def collect_leftovers(output_dir: str, timeout_s: float = 30.0,
                                    warnings=tuple(dict.fromkeys(manifest.warnings + (note,))))
     write_manifest(manifest, output_dir)
     remove_journal(output_dir)
+    _release_dead_claim(output_dir, manifest.run_id)
     return Collected(manifest=manifest,
                      problems=tuple(f"{e.path}: {e.status}: {e.reason}" for e in entries
                                     if e.status != STATUS_OK),
@@ -148,6 +165,26 @@ def _settle_here(journal: Optional[RunJournal], owner: str, timeout_s: float,
             if p.identity.host == host and p.identity.profiler_pid
             and not (cluster and cluster.holds(p.identity))] if journal else []
     return settle_profilers(pids, timeout_s, owner)
+
+
+def _release_dead_claim(output_dir: str, run_id: str) -> None:
+    """What finalize would have removed: the dead run's lock and the room it held for its
+    manifest (``.verlprof-reserve``); another run's lock and room are left alone."""
+    if release(output_dir, run_id) or read_lock(output_dir) is None:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(output_dir, paths.RESERVE_NAME))
+
+
+def _controller_entries(output_dir: str, manifest: Manifest, journal: Optional[RunJournal],
+                        reason: str, timeout_s: float) -> List[ReportEntry]:
+    """The reports of the controller's own nsys capture: nsys wrote them when the controller
+    process ended, and no running manifest lists them (finalize would have)."""
+    own = journal.controller if journal else None
+    who = manifest.controller
+    if own is None or who is None:
+        return []
+    return left_by_dead_controller(output_dir, who.host, who.pid, who.node_id, own.planned,
+                                   [(s.steps, s.closed) for s in own.sent], reason, timeout_s)
 
 
 def _owner(journal: Optional[RunJournal], manifest: Manifest) -> str:

@@ -47,6 +47,7 @@ from verlprof.records import (
 )
 from verlprof.runtime.collect import move_all
 from verlprof.runtime.journal import (
+    ControllerJournal,
     ProcessJournal,
     RunJournal,
     SentWindow,
@@ -106,6 +107,8 @@ class Placement:
         """Reports placed early: their entry and the raw path they came from."""
         self.problems: List[str] = []
         self._sent: Dict[Target, List[SentWindow]] = {}
+        self._controller_sent: List[SentWindow] = []
+        """The controller's own windows, when it runs under nsys (it opens one with each)."""
         self._waiting: Set[Target] = set()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
@@ -215,7 +218,12 @@ class Placement:
             assert window is not None
             for target in targets:
                 self._sent.setdefault(target, []).append(SentWindow(steps=window, closed=False))
+            if self.context.under_profiler:
+                self._controller_sent.append(SentWindow(steps=window, closed=False))
             return
+        self._controller_sent = [SentWindow(steps=s.steps, closed=True)
+                                 if s.steps in targets.values() else s
+                                 for s in self._controller_sent]
         for target, steps in targets.items():
             sent = self._sent.setdefault(target, [])
             closed = target not in unclosed
@@ -320,7 +328,11 @@ class Placement:
                                                     open_ended=OPEN_ENDED in p.launch_argv)
                                      for t in self._targets()
                                      if (p := plans.get(t)) is not None
-                                     and t in run.identity))
+                                     and t in run.identity),
+                                 controller=ControllerJournal(
+                                     planned=plan.controller.windows,
+                                     sent=tuple(self._controller_sent))
+                                 if run.under_profiler else None)
             if not run.run.writes_manifest:
                 return
             write_journal(journal, plan.output_dir)

@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from verlprof import paths
 from verlprof.backends.nsys import capture_range, nvtx
@@ -17,7 +17,7 @@ from verlprof.backends.nsys.cli import wait_for_reports
 from verlprof.backends.nsys.reports import ReportWait, own_writer
 from verlprof.manifest import ReportEntry
 from verlprof.plan_model import ProfilePlan
-from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow
+from verlprof.records import STATUS_INCOMPLETE, STATUS_MISSING, STATUS_OK, Status, StepWindow
 
 
 class ControllerCapture:
@@ -95,10 +95,9 @@ class ControllerCapture:
         for window in fillers:
             self.open(window)
             self.close()
-        base = paths.CONTROLLER_OUTPUT_FORMAT.replace("%h", socket.gethostname()).replace(
-            "%p", str(os.getpid()))
-        pattern = os.path.join(self.plan.output_dir, paths.CONTROLLER_DIR, base + ".*nsys-rep")
-        waited = wait_for_reports(pattern, len(self.plan.controller.windows), timeout_s,
+        host, pid, output_dir = socket.gethostname(), os.getpid(), self.plan.output_dir
+        waited = wait_for_reports(report_glob(output_dir, host, pid),
+                                  len(self.plan.controller.windows), timeout_s,
                                   poll_s=REPORT_POLL_S, writer=own_writer())
         by_ordinal = ordinals([str(p) for p in waited.found])
         entries = []
@@ -111,15 +110,66 @@ class ControllerCapture:
                 path, reason = None, f"controller window {list(window)} never opened"
             else:
                 reason = None if path else _no_report(waited, timeout_s)
-            relpath = (os.path.relpath(path, self.plan.output_dir) if path else
-                       f"{paths.CONTROLLER_DIR}/{base}.{n}{paths.EXTENSIONS['nsys']}")
-            entries.append(ReportEntry(
-                steps=window, group="controller", rank=0, component="controller",
-                backend="nsys", path=relpath, status=STATUS_OK if path else STATUS_MISSING,
-                host=socket.gethostname(), pid=os.getpid(), node_id=node_id,
-                bytes=os.path.getsize(path) if path else 0, reason=reason,
-                transfer="direct" if path else None))
+            entries.append(_entry(output_dir, window, n, path, host, pid, node_id,
+                                  STATUS_OK if path else STATUS_MISSING, reason))
         return entries
+
+
+def report_glob(output_dir: str, host: str, pid: int) -> str:
+    """What the controller process ``pid`` on ``host`` names its reports (nsys expands
+    ``%h`` and ``%p`` of the plan's ``-o`` to them and numbers the windows ``.1``, ``.2``)."""
+    return os.path.join(output_dir, paths.CONTROLLER_DIR, _base(host, pid) + ".*nsys-rep")
+
+
+def left_by_dead_controller(output_dir: str, host: str, pid: int, node_id: str,
+                            planned: Sequence[StepWindow], opened: Sequence[Tuple[StepWindow,
+                                                                                  bool]],
+                            reason: str, timeout_s: float) -> List[ReportEntry]:
+    """The entries of a controller that died before finalize (``verlprof collect``): each
+    window it ``opened`` (in order, with whether it closed) whose report nsys wrote when the
+    process ended is ``ok``, the one cut short ``incomplete``; the rest ``missing`` with
+    ``reason``. Its reports are found where this machine sees ``output_dir/controller``."""
+    here = host == socket.gethostname()  # else only a shared file system shows its files
+    waited = wait_for_reports(report_glob(output_dir, host, pid), len(opened),
+                              timeout_s if here else 0.0, poll_s=REPORT_POLL_S)
+    by_ordinal = ordinals([str(p) for p in waited.found])
+    order = {steps: (n, closed) for n, (steps, closed) in
+             reversed(list(enumerate(opened, start=1)))}
+    elsewhere = "" if here else \
+        f"; its report stays on host {host} in {paths.CONTROLLER_DIR}/, if that is kept"
+    entries = []
+    status: Status
+    for window in planned:
+        n, closed = order.get(window, (0, False))
+        path = by_ordinal.get(n) if n else None
+        if not n:
+            status, why = STATUS_MISSING, f"window never opened: {reason} before step {window[0]}"
+        elif path is None:
+            status, why = STATUS_MISSING, reason + (elsewhere or
+                                                    f"; {_no_report(waited, timeout_s)}")
+        elif closed:
+            status, why = STATUS_OK, None
+        else:
+            status, why = STATUS_INCOMPLETE, (f"{reason} in this window; the report holds what "
+                                              "was captured until then")
+        entries.append(_entry(output_dir, window, n or len(opened) + 1, path, host, pid,
+                              node_id, status, why))
+    return entries
+
+
+def _base(host: str, pid: int) -> str:
+    return paths.CONTROLLER_OUTPUT_FORMAT.replace("%h", host).replace("%p", str(pid))
+
+
+def _entry(output_dir: str, window: StepWindow, n: int, path: Optional[str], host: str,
+           pid: int, node_id: str, status: Status, reason: Optional[str]) -> ReportEntry:
+    relpath = (os.path.relpath(path, output_dir) if path else
+               f"{paths.CONTROLLER_DIR}/{_base(host, pid)}.{n}{paths.EXTENSIONS['nsys']}")
+    return ReportEntry(
+        steps=window, group="controller", rank=0, component="controller", backend="nsys",
+        path=relpath, status=status, host=host, pid=pid, node_id=node_id,
+        bytes=os.path.getsize(path) if path else 0, reason=reason,
+        transfer="direct" if path else None)
 
 
 def _no_report(waited: ReportWait, timeout_s: float) -> str:
