@@ -80,3 +80,15 @@ def test_any_other_failure_is_one_line_exit_1_and_a_ray_start_failure_says_what_
     monkeypatch.setenv("VERLPROF_DEBUG", "1")
     with pytest.raises(ZeroDivisionError):
         main(["demo"])
+
+
+@pytest.mark.parametrize("command", ["status", "collect", "report"])
+def test_a_directory_command_on_a_file_or_nothing_says_which_in_one_line(command, tmp_path,
+                                                                        capsys):
+    """Before, ``collect`` on a file printed ``NotADirectoryError: [Errno 20] ...`` (exit 1)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for path, why in ((afile, "not a directory"), (tmp_path / "nope", "no such directory")):
+        assert main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"verlprof: {command}: {path}: {why}\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from verlprof.config import load_config
+from verlprof.errors import ConfigError
 from verlprof.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +81,17 @@ def test_steps_after_the_last_training_step_warn():
     loaded = load_config(str(PPO), ["trainer.profile_steps=[2,7]"])
     assert any(w.startswith("trainer.profile_steps: step(s) [7] come after "
                             "trainer.total_training_steps (3)") for w in loaded.warnings)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "true"])
+def test_a_run_length_that_is_not_a_positive_integer_names_its_key(value):
+    """Before, ``trainer.total_training_steps=abc`` planned without a word and the demo then
+    failed inside Ray; 0 or -3 planned a run that captures nothing. null (verl's default: the
+    length follows from the epochs) stays allowed."""
+    with pytest.raises(ConfigError, match=r"^trainer\.total_training_steps: a positive "
+                                          r"integer or null expected, not "):
+        load_config(str(PPO), [f"trainer.total_training_steps={value}"])
+    assert load_config(str(PPO), ["trainer.total_training_steps=null"]).profiling.steps
 
 
 # every role's block in the seed layout (the YAML path) and the keys each one reads

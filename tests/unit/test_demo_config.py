@@ -77,3 +77,16 @@ def test_init_config_refuses_what_it_cannot_write_in_one_line(tmp_path, capsys, 
     assert main(["init-config", dest]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"verlprof: {dest}: ") and err.count("\n") == 1
+
+
+def test_a_named_nsys_that_is_not_there_is_an_error_not_a_fallback(tmp_path):
+    """The demo falls back to the torch profiler only when nsys is simply not installed; an
+    executable the user named and got wrong is one line naming its key (before, the run went
+    on with torch and said 'nsys is not installed here')."""
+    from verlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        plan_demo(None, [f"trainer.profiler.output_dir={tmp_path}",
+                         f"+trainer.profiler.nsys.executable={tmp_path}/no/nsys"])
+    assert str(info.value) == (f"trainer.profiler.nsys.executable: nsys executable "
+                               f"'{tmp_path}/no/nsys' not found")

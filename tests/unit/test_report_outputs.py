@@ -154,14 +154,17 @@ def test_summarize_rejects_bad_settings_and_dirs(tmp_path):
         summarize(str(tmp_path), console=Console(file=io.StringIO()))
     with pytest.raises(ValueError, match="threshold"):
         summarize(str(tmp_path), threshold=0)
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(ValueError, match="nope: no such directory"):
         summarize(str(tmp_path / "nope"))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match="afile: not a directory"):
+        summarize(str(tmp_path / "afile"))
 
 
 def test_cli_exit_codes(tmp_path, capsys):
     assert report_main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a directory" in err
+    assert err.count("\n") == 1 and "no such directory" in err
     (tmp_path / "manifest.json").write_text("{broken")
     assert report_main([str(tmp_path)]) == 2
     assert "not valid JSON" in capsys.readouterr().err

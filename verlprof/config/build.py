@@ -113,8 +113,11 @@ def _warn_steps_beyond_the_run(draft: Any, raw: Mapping[str, Any]) -> None:
     """A step after the last training step is never reached: say so instead of nothing."""
     trainer = raw.get("trainer")
     total = trainer.get("total_training_steps") if isinstance(trainer, Mapping) else None
-    if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+    if total is None:  # verl's default: the steps follow from the epochs and the data
         return
+    if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+        raise ConfigError("trainer.total_training_steps",
+                          f"a positive integer or null expected, not {total!r}")
     beyond = [s for s in draft.config.steps if s > total]
     if beyond:
         draft.warnings.append(f"{draft.steps_key}: step(s) {beyond} come after "

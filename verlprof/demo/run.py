@@ -37,6 +37,7 @@ class RayStartError(RuntimeError):
 def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
     """Load the config and plan it, falling back to torch when nsys is not installed."""
     from verlprof.backends.nsys.cli import find_nsys
+    from verlprof.config.schema import NsysConfig
 
     path = config_path or str(DEFAULT_CONFIG)
     if not os.path.exists(path):
@@ -44,7 +45,11 @@ def plan_demo(config_path: Optional[str], overrides: Sequence[str] = ()):
                                       "own config; `verlprof init-config FILE` writes a copy)")
     loaded = load_config(path, list(overrides))
     notes: List[str] = []
-    if loaded.profiling.tool == "nsys" and find_nsys(loaded.profiling.nsys.executable) is None:
+    executable = loaded.profiling.nsys.executable
+    if loaded.profiling.tool == "nsys" and find_nsys(executable) is None:
+        if executable != NsysConfig.executable:  # the user named one: use it or say why not
+            raise ConfigError("trainer.profiler.nsys.executable",
+                              f"nsys executable {executable!r} not found")
         notes.append("nsys is not installed here: the demo uses the torch profiler instead "
                      "(for nsys reports install Nsight Systems; in a verlprof checkout "
                      "`make nsys` does)")

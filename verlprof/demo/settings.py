@@ -91,9 +91,9 @@ def demo_settings(raw: Mapping[str, Any]) -> DemoSettings:
     if on_death not in get_args(OnWorkerDeath):
         raise ConfigError("demo.on_worker_death", f"stop or continue, not {on_death!r}")
     return DemoSettings(
-        total_steps=_number(trainer.get("total_training_steps", 3), int,
+        total_steps=_number(_given(trainer, "total_training_steps", 3), int,
                             "trainer.total_training_steps", minimum=1),
-        batch_size=_number(data.get("batch_size", 8), int, "data.batch_size", minimum=1),
+        batch_size=_number(_given(data, "batch_size", 8), int, "data.batch_size", minimum=1),
         on_worker_death=on_death,
         worker_start_timeout_s=_number(demo.get("worker_start_timeout_s", 300.0), float,
                                        "demo.worker_start_timeout_s", minimum=0.0,
@@ -107,6 +107,12 @@ def demo_settings(raw: Mapping[str, Any]) -> DemoSettings:
                                                        "demo.").items()},
         controller_resources=_resources(demo.get("controller_resources") or {},
                                         "demo.controller_resources"))
+
+
+def _given(block: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``block[key]``, or ``default`` where it is absent or null (verl's null: derived)."""
+    value = block.get(key)
+    return default if value is None else value
 
 
 def _block(raw: Mapping[str, Any], name: str, prefix: str = "") -> Mapping[str, Any]:

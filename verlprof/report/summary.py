@@ -67,7 +67,8 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if not os.path.isdir(output_dir):
-        raise ValueError(f"{output_dir}: not a directory")
+        raise ValueError(f"{output_dir}: " + ("not a directory" if os.path.exists(output_dir)
+                                              else "no such directory"))
     if manifest is None:
         manifest = read_manifest(output_dir)
     _import_meanwhile(_PRINTING + (_DRAWING if write and picture else ()))
