@@ -138,6 +138,58 @@ def test_sigterm_of_verlprof_demo(ray_cluster, tmp_path):
     harness.assert_no_leftovers()
 
 
+def test_a_second_sigterm_stops_the_demos_wait_and_leaves_the_run_to_collect(ray_cluster,
+                                                                            tmp_path):
+    """The first SIGTERM asks the controller to finalise, but a rank is stuck for a minute,
+    so finalising waits on it; the second SIGTERM stops the driver's wait at once (before, it
+    was held without a word until the stuck phase ended) and says how to get the reports:
+    ``verlprof collect`` then places what the processes wrote and nothing is left running."""
+    out = str(tmp_path / "out")
+    marker = str(tmp_path / "in_phase.json")
+    log = tmp_path / "demo.log"
+    cmd = [str(harness.VENV_BIN / "verlprof"), "demo", "--config", harness.CONFIG,
+           "--ray-address", ray_cluster.address, f"trainer.profiler.output_dir={out}",
+           *TWO_RANKS, "trainer.controller_nsight_options=null",
+           "+demo.faults=[{group:actor_rollout_ref,rank:0,phase:generate_sequences,step:1,"
+           f"action:sleep,seconds:60,marker:'{marker}'}}]"]
+    harness.COUNTS["demo_runs"] += 1
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                cwd=str(harness.ROOT))
+    try:
+        deadline = time.monotonic() + 180
+        while not os.path.exists(marker):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the planted phase never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        while "send it again to stop waiting" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        again = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert proc.returncode == 143, output
+    assert time.monotonic() - again < 40, output  # not the stuck minute
+    assert f"then `verlprof collect {out}` places them" in output
+    deadline = time.monotonic() + 60
+    while "ended without finalize" not in (status := harness.verlprof_cli("status", out)).stdout:
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(1)
+    collected = harness.verlprof_cli("collect", out, "--timeout", "60")
+    assert collected.returncode in (0, 1), collected.stdout + collected.stderr
+    manifest = harness.read_manifest(out)
+    assert manifest["running"] is False
+    assert all(e["status"] == "missing" and e["reason"] for e in manifest["reports"]
+               if e["steps"] == [2])  # step 2 never opened
+    harness.assert_no_leftovers()
+
+
 def test_handlers_only_in_main_thread(ray_cluster, tmp_path):
     """Signal handlers are installed only from the main thread and only over default ones."""
     import threading

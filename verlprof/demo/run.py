@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -20,7 +21,7 @@ from verlprof.demo.settings import DemoSettings, demo_settings
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
-from verlprof.runtime.teardown import end_late_agents
+from verlprof.runtime.teardown import LATE_AGENTS_WAIT_S, end_late_agents
 from verlprof.safe_text import visible
 
 
@@ -113,6 +114,7 @@ def _run_claimed(settings: DemoSettings, plan: ProfilePlan, run_env: Dict[str, s
         runner = runner_cls.options(**controller_options(plan, {"env_vars": run_env}),
                                     **placement).remote()
         who: Optional[ProcessIdentity] = None
+        aborted = False
         try:
             who = ray.get(runner.identity.remote(), timeout=start_timeout_s)
             run = runner.run.remote(settings, plan, "quick")
@@ -121,18 +123,22 @@ def _run_claimed(settings: DemoSettings, plan: ProfilePlan, run_env: Dict[str, s
             except BaseException:
                 if guard.received is not None:
                     bound = 2 * plan.policy.rpc_timeout_s + plan.policy.finalize_timeout_s + 90
-                    _stop_controller(run, who, bound, guard)
+                    aborted = not _stop_controller(run, who, bound, guard, plan.output_dir)
                 raise
         finally:
             with guard.shield():
-                # a normal exit lets the controller's nsys finish before Ray tears down
-                # (Ray #60904)
-                done = runner.__ray_terminate__.remote()
-                ray.wait([done], timeout=60)
-                _settle_controller(who, plan.output_dir)
+                if aborted:  # the user asked twice: no more waiting; collect places the rest
+                    ray.kill(runner, no_restart=True)
+                else:
+                    # a normal exit lets the controller's nsys finish before Ray tears down
+                    # (Ray #60904)
+                    done = runner.__ray_terminate__.remote()
+                    ray.wait([done], timeout=60)
+                    _settle_controller(who, plan.output_dir)
                 # a worker's nsys that finished after its settle looked leaves its agent
                 # orphaned only now: this run's (marked) on the driver's node go too
-                late = end_late_agents(plan.output_dir).agents_line()
+                late = end_late_agents(plan.output_dir,
+                                       wait_s=0 if aborted else LATE_AGENTS_WAIT_S).agents_line()
                 if late:
                     print(f"verlprof: {late}", flush=True)
     except BaseException:
@@ -146,21 +152,37 @@ def _run_claimed(settings: DemoSettings, plan: ProfilePlan, run_env: Dict[str, s
 
 
 def _stop_controller(run: Any, who: Optional[ProcessIdentity], bound_s: float,
-                     guard: Any) -> None:
+                     guard: Any, output_dir: str) -> bool:
     """Pass a termination on to the controller process and wait (bounded) until it has
-    stopped its windows and finalised the reports."""
+    stopped its windows and finalised the reports. A second signal meanwhile stops the wait
+    at once (False): the run is left as a job that died, for ``verlprof collect``."""
     import ray
 
     from verlprof.runtime.teardown import signal_on_node
 
     if who is None or not who.pid:
-        return
+        return True
     name = signal.Signals(guard.received).name
     print(f"verlprof: {name}: asking the controller (pid {who.pid}) to stop every window "
-          "and finalise the reports", file=sys.stderr, flush=True)
-    with guard.shield():
-        signal_on_node(who.node_id, who.pid, signal.SIGTERM)
-        ray.wait([run], timeout=bound_s)
+          "and finalise the reports (send it again to stop waiting)", file=sys.stderr,
+          flush=True)
+    first = guard.count
+    deadline = time.monotonic() + bound_s
+    try:
+        with guard.shield():  # a second signal is counted here, not raised
+            signal_on_node(who.node_id, who.pid, signal.SIGTERM)
+            while guard.count == first and time.monotonic() < deadline:
+                if ray.wait([run], timeout=0.5)[0]:
+                    return True
+    except KeyboardInterrupt:  # a third one raises: the same answer
+        pass
+    if guard.count == first:
+        return True  # the bound ran out: the caller goes on as before
+    print(f"verlprof: {signal.Signals(guard.received).name} again: not waiting for the "
+          "controller; the reports it did not finalise stay where their processes wrote "
+          f"them: `verlprof status {output_dir}`, then `verlprof collect {output_dir}` places "
+          "them", file=sys.stderr, flush=True)
+    return False
 
 
 def _settle_controller(who: Optional[ProcessIdentity], output_dir: str) -> None:

@@ -167,10 +167,10 @@ def _settle_here(journal: Optional[RunJournal], owner: str, timeout_s: float,
     return settle_profilers(pids, timeout_s, owner)
 
 
-def _release_dead_claim(output_dir: str, run_id: str) -> None:
+def _release_dead_claim(output_dir: str, run_id: Optional[str]) -> None:
     """What finalize would have removed: the dead run's lock and the room it held for its
     manifest (``.verlprof-reserve``); another run's lock and room are left alone."""
-    if release(output_dir, run_id) or read_lock(output_dir) is None:
+    if (run_id and release(output_dir, run_id)) or read_lock(output_dir) is None:
         with contextlib.suppress(OSError):
             os.remove(os.path.join(output_dir, paths.RESERVE_NAME))
 

@@ -45,6 +45,8 @@ class SignalGuard:
         self.previous: Dict[int, Any] = {}
         self._previous_after_restore: Dict[int, Any] = {}
         self.received: Optional[int] = None
+        self.count = 0
+        """Signals handled so far (a caller's wait can tell a second one from none)."""
         self.hold_s = hold_s
         self._shield = 0
         self._held = 0
@@ -106,6 +108,7 @@ class SignalGuard:
         os.kill(os.getpid(), signum)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
         if self.received is None or signum == signal.SIGTERM:
             self.received = signum
         if self._shield and self._held == 0:
