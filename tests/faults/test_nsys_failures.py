@@ -87,12 +87,20 @@ def test_bad_option_stops_the_demo_before_anything_starts(nsys, tmp_path, capsys
 
     from verlprof.cli import main
 
+    from verlprof.manifest import Manifest, write_manifest
+
+    # an earlier, finished run is there: a refused start must not move it aside
+    write_manifest(Manifest(tool="nsys", output_dir=str(tmp_path), step_windows=(),
+                            reports=(), run_id="20261201-000000-earlier"), str(tmp_path))
+    before = sorted(os.listdir(tmp_path))
     rc = main(["demo", "--config", harness.CONFIG, f"trainer.profiler.output_dir={tmp_path}",
                *BASE, "trainer.worker_nsight_options.trace='nvtx,bogus'"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1].startswith("verlprof: trainer.worker_nsight_options: nsys rejected these "
                               "options") and "Illegal --trace argument 'bogus'" in err[-1]
+    assert not any("moved to" in line for line in err), err
+    assert sorted(os.listdir(tmp_path)) == before  # nothing claimed, nothing moved
     assert not ray.is_initialized()
 
 

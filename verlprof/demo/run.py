@@ -62,8 +62,9 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
                 start_timeout_s: float = 300.0, runner_class: Any = None) -> Dict[str, Any]:
     """Start Ray (unless connected already), run the trainer as a TaskRunner, shut down.
 
-    Before anything starts, :func:`verlprof.runtime.preflight.preflight` checks the output directory
-    and dry-runs each nsys command (a bad option is one clear line, not a hung worker). SIGTERM
+    Before anything starts, and before the output directory is claimed (an earlier run in it
+    moved aside), :func:`verlprof.runtime.preflight.preflight` checks the output directory and
+    dry-runs each nsys command (a bad option is one clear line, not a hung worker). SIGTERM
     or Ctrl-C of this process is passed to the controller as SIGTERM: it stops every open
     window and finalises the reports; this function then waits for that (bounded), lets every
     profiler finish, shuts Ray down and re-raises (:class:`ProfilingTerminated` for SIGTERM).
@@ -76,8 +77,10 @@ def run_trainer(loaded, plan: ProfilePlan, *, ray_address: Optional[str] = None,
     result's ``run_id`` and ``output_dir`` say which; the lock goes when this returns.
     """
     from verlprof.runtime.ownership import claim_output
+    from verlprof.runtime.preflight import preflight
 
     settings = demo_settings(loaded.raw)  # a bad demo key: one line, before anything starts
+    preflight(plan)  # a refused nsys option moves no earlier run aside
     with claim_output(plan) as claim:  # before anything starts; released however this ends
         for note in claim.notes:  # an earlier run moved aside, a stale lock taken over
             print(f"verlprof: warning: {visible(note)}", file=sys.stderr, flush=True)
@@ -92,11 +95,9 @@ def _run_claimed(settings: DemoSettings, plan: ProfilePlan, run_env: Dict[str, s
     import ray
 
     from verlprof.demo.trainer import TaskRunner
-    from verlprof.runtime.preflight import preflight
     from verlprof.runtime.ray_options import controller_options
     from verlprof.runtime.signals import ProfilingTerminated, SignalGuard
 
-    preflight(plan)
     started_ray = not ray.is_initialized()
     if started_ray:
         try:

@@ -41,6 +41,7 @@ from verlprof.manifest import read_manifest
 from verlprof.plan import ProfilePlan
 from verlprof.plan.render import render_plan
 from verlprof.runtime.ownership import claim_output
+from verlprof.runtime.preflight import preflight
 from verlprof.runtime.ray_options import controller_options
 from verlprof.runtime.teardown import LATE_AGENTS_WAIT_S, end_late_agents
 
@@ -127,8 +128,11 @@ def wrap_run_ppo(run_ppo: Callable[..., Any]) -> Callable[..., Any]:
     def run_ppo_profiled(config: DictConfig, task_runner_class: Any = None,
                          *args: Any, **kwargs: Any) -> Any:
         try:
-            # the output directory is this run's before verl starts anything
-            run = claim_output(prepare(config))
+            # the output directory is this run's before verl starts anything, and a refused
+            # nsys option is said before the claim moves an earlier run aside
+            plan = prepare(config)
+            preflight(plan)
+            run = claim_output(plan)
             with run:
                 try:
                     result = run_ppo(config, TaskRunnerLauncher(task_runner_class, run.plan,
