@@ -8,6 +8,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -405,3 +406,30 @@ def test_the_verl_launcher_looks_for_late_agents_and_waits_only_after_a_clean_en
     else:
         assert launch.wrap_run_ppo(run_ppo)(config, TaskRunner) == "fit done"
     assert looks == [(str(tmp_path), 0.0 if ends == "interrupted" else LATE_AGENTS_WAIT_S)]
+
+
+def test_a_run_that_ends_by_an_error_before_any_manifest_still_leaves_one(tmp_path):
+    """SIGTERM in start-up (the controller killed before its step loop) used to leave only
+    its 1 MiB reserve: ``verlprof report`` said 'no manifest here'. The claim's end writes one
+    with every planned report missing and why, and frees the reserve; a clean end, or a run
+    whose controller wrote a manifest, is left as it is."""
+    from verlprof.runtime.signals import ProfilingTerminated
+
+    plan = plan_of(tmp_path, [1, 2])
+    (tmp_path / paths.RESERVE_NAME).write_bytes(b"\0" * 1024)  # the controller's, left behind
+    with pytest.raises(ProfilingTerminated):
+        with ownership.claim_output(plan) as run:
+            raise ProfilingTerminated(signal.SIGTERM)
+    manifest = read_manifest(str(tmp_path))
+    assert manifest.run_id == run.run_id and not manifest.running
+    assert [(e.steps, e.status) for e in manifest.reports] == [
+        (r.steps, "missing") for r in plan.reports] and manifest.reports
+    why = "the run ended before any window's report was placed (received SIGTERM)"
+    assert {e.reason for e in manifest.reports} == {f"window never opened: {why}"}
+    assert manifest.warnings == (why,)
+    assert sorted(os.listdir(tmp_path)) == ["manifest.json"]  # no reserve, no lock
+
+    clean = tmp_path / "clean"
+    with ownership.claim_output(plan_of(clean, [1])):
+        pass
+    assert not (clean / "manifest.json").exists()

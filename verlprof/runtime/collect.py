@@ -303,7 +303,7 @@ def _size(path: str) -> int:
 
 
 def run_manifest(plan: ProfilePlan, entries: List[ReportEntry],
-                 identities: Dict[Target, ProcessIdentity], controller: ProcessInfo,
+                 identities: Dict[Target, ProcessIdentity], controller: Optional[ProcessInfo],
                  warnings: List[str], run_id: str,
                  clock: Callable[[Target], Dict[str, int]] = lambda target: {}) -> Manifest:
     """The manifest of a run: its plan's steps and groups, every report entry, the processes

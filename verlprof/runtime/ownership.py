@@ -180,8 +180,36 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
+    def __exit__(self, kind: Any, err: Any, _tb: Any) -> None:
+        try:
+            if err is not None and self.owner and self.writes_manifest and self.plan.enabled:
+                self._record_if_nothing_was(err)
+        finally:
+            self.release()
+
+    def _record_if_nothing_was(self, err: BaseException) -> None:
+        """A run that ended by ``err`` before its controller wrote any manifest (an error or
+        a signal during start-up, its controller process killed then) still leaves one: every
+        planned report ``missing``, saying why, so that ``verlprof report`` and ``status``
+        read the directory; and the room its controller held for a manifest goes, as at
+        finalize."""
+        if os.path.exists(os.path.join(self.output_dir, paths.MANIFEST_NAME)):
+            return  # finalize's, or a running one (then verlprof collect places the rest)
+        from verlprof.manifest import ReportEntry, write_manifest
+        from verlprof.records import STATUS_MISSING
+        from verlprof.runtime.collect import run_manifest
+
+        why = ((str(err) or "interrupted") if isinstance(err, KeyboardInterrupt) else  # SIGTERM
+               f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+        note = f"the run ended before any window's report was placed ({why})"
+        entries = [ReportEntry.of(r, status=STATUS_MISSING, reason=f"window never opened: {note}")
+                   for r in self.plan.reports]
+        try:
+            write_manifest(run_manifest(self.plan, entries, {}, None, [note], self.run_id),
+                           self.output_dir)
+            os.remove(os.path.join(self.output_dir, paths.RESERVE_NAME))
+        except OSError:  # nothing to free, or a directory that cannot be written: as it was
+            pass
 
 
 def _release_own(directory: str, run_id: str, pid: int) -> None:
