@@ -82,13 +82,13 @@ class BenchTaskRunner:
 
         return process_identity()
 
-    def run(self, config: Dict[str, Any], plan: Dict[str, Any], *args: Any) -> Dict[str, Any]:
+    def run(self, settings: Any, plan: Any, *args: Any) -> Dict[str, Any]:
+        """``settings``: the demo's ``DemoSettings``; ``plan``: the ``ProfilePlan``."""
         from verlprof.demo import trainer
-        from verlprof.plan import ProfilePlan
 
         # this process only: the hybrid roles run the timed class
         trainer.ROLE_CLASSES.update(dict.fromkeys(HYBRID_ROLES, TimedActorRolloutRefWorker))
-        result = trainer.PPOTrainer(config, ProfilePlan.from_dict(plan)).fit()
+        result = trainer.PPOTrainer(settings, plan).fit()
         result["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return result
 

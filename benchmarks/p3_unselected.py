@@ -67,6 +67,7 @@ core moves it by 10-25% a block, and 3 blocks would hide that spread rather than
 def make_trainer(steps: int, on: bool, output_dir: str):
     from verlprof.demo import trainer as demo_trainer
     from verlprof.demo.run import plan_demo
+    from verlprof.demo.settings import demo_settings
 
     loaded, plan, _ = plan_demo(DEMO_CONFIG, [*overrides(output_dir, steps, on),
                                        "trainer.controller_nsight_options=null"])
@@ -76,7 +77,7 @@ def make_trainer(steps: int, on: bool, output_dir: str):
     saved = dict(demo_trainer.ROLE_CLASSES)
     demo_trainer.ROLE_CLASSES.update(dict.fromkeys(HYBRID_ROLES, TimedActorRolloutRefWorker))
     try:
-        return demo_trainer.PPOTrainer(loaded.raw, plan)
+        return demo_trainer.PPOTrainer(demo_settings(loaded.raw), plan)
     finally:
         demo_trainer.ROLE_CLASSES.update(saved)
 

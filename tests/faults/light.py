@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import ray
 
+from verlprof.demo.settings import DemoSettings
 from verlprof.plan import ProfilePlan
 from verlprof.runtime.controller import ProfileController
 from verlprof.runtime.ray_options import worker_options
@@ -86,10 +87,9 @@ class LightTaskRunner:
     def identity(self) -> Dict[str, Any]:
         return process_identity()
 
-    def run(self, config: Dict[str, Any], plan: Dict[str, Any],
+    def run(self, settings: DemoSettings, profile_plan: ProfilePlan,
             preflight: Any = True) -> Dict[str, Any]:
         times = {"t0": time.monotonic()}
-        profile_plan = ProfilePlan.from_dict(plan)
         controller = ProfileController(profile_plan, preflight=preflight,
                                        rpc_timeout_s=60, finalize_timeout_s=60, echo=False)
         times["controller"] = time.monotonic()
@@ -98,7 +98,7 @@ class LightTaskRunner:
         try:
             controller.register_group("actor_rollout_ref", actors)
             times["register"] = time.monotonic()
-            steps = int((config.get("trainer") or {}).get("total_training_steps", 1))
+            steps = settings.total_steps
             with controller:
                 for step in range(1, steps + 1):
                     with controller.step(step):

@@ -86,7 +86,6 @@ def test_bad_option_stops_the_demo_before_anything_starts(nsys, tmp_path, capsys
     import ray
 
     from verlprof.cli import main
-
     from verlprof.manifest import Manifest, write_manifest
 
     # an earlier, finished run is there: a refused start must not move it aside

@@ -417,9 +417,8 @@ def test_a_run_that_ends_by_an_error_before_any_manifest_still_leaves_one(tmp_pa
 
     plan = plan_of(tmp_path, [1, 2])
     (tmp_path / paths.RESERVE_NAME).write_bytes(b"\0" * 1024)  # the controller's, left behind
-    with pytest.raises(ProfilingTerminated):
-        with ownership.claim_output(plan) as run:
-            raise ProfilingTerminated(signal.SIGTERM)
+    with pytest.raises(ProfilingTerminated), ownership.claim_output(plan) as run:
+        raise ProfilingTerminated(signal.SIGTERM)
     manifest = read_manifest(str(tmp_path))
     assert manifest.run_id == run.run_id and not manifest.running
     assert [(e.steps, e.status) for e in manifest.reports] == [

@@ -24,6 +24,7 @@ import torch
 
 from verlprof.demo import trainer as demo_trainer
 from verlprof.demo import workers
+from verlprof.demo.settings import DemoSettings
 from verlprof.plan_model import ProfilePlan
 from verlprof.worker import annotate, process_identity
 
@@ -78,8 +79,8 @@ class AnatomyTaskRunner:
     def identity(self) -> Any:
         return process_identity()
 
-    def run(self, config: Dict[str, Any], plan: Dict[str, Any],
+    def run(self, settings: DemoSettings, plan: ProfilePlan,
             preflight: Any = True) -> Dict[str, Any]:
         for role in ("actor", "rollout", "ref"):  # in this process only
             demo_trainer.ROLE_CLASSES[role] = PayloadWorker
-        return AnatomyTrainer(config, ProfilePlan.from_dict(plan), preflight=preflight).fit()
+        return AnatomyTrainer(settings, plan, preflight=preflight).fit()
