@@ -25,6 +25,7 @@ from verlprof.records import (
     Summarise,
     Target,
     Tool,
+    Trigger,
     VerlRelease,
 )
 
@@ -39,11 +40,15 @@ class Launch:
     """Environment the wrapped process needs."""
     capture_options: Dict[str, Any] = field(default_factory=dict)
     """Settings the in-process capture applies to each window."""
+    trigger: Optional[Trigger] = None
+    """nsys: how a window opens (see :attr:`ProcessPlan.trigger`)."""
+    open_ended: bool = False
+    """nsys: an armed rank's session (see :attr:`ProcessPlan.open_ended`)."""
 
 
 OPEN_ENDED = "--capture-range-end=repeat"
-"""An armed nsys rank's window count: as many as requests open (no ``:N``). The plan writes
-it into the launch argv; the capture reads it back from there."""
+"""An armed nsys rank's window count in its argv: as many as requests open (no ``:N``);
+:attr:`ProcessPlan.open_ended` says so to the code that runs the plan."""
 
 NSYS_NVTX_ENV = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
 """Lets the capture range name match an unregistered NVTX string (else: no report, exit 0)."""
@@ -155,6 +160,13 @@ class ProcessPlan:
     ``profile_memory``, ``with_stack``, ``cuda``)."""
     window_time: WindowTime = field(default_factory=WindowTime)
     """Time bounds inside each window of this process."""
+    trigger: Optional[Trigger] = None
+    """nsys: how a window opens, ``nvtx`` (a capture range) or ``cuda``
+    (``cudaProfilerStart``), as the launch argv's ``--capture-range`` says; None for other
+    tools."""
+    open_ended: bool = False
+    """nsys: launched for as many windows as requests open (an armed rank,
+    :data:`OPEN_ENDED`): its reports come at exit, unnumbered by window."""
 
     @property
     def reports(self) -> Tuple[Report, ...]:

@@ -176,12 +176,15 @@ def _armed(config: ProfilingConfig, topology: Topology, processes: List[ProcessP
             launch = worker_launch(nsys, topology, group, rank, 0, warnings)
             if planned is not None:
                 out[planned] = dataclasses.replace(out[planned], launch_argv=launch.argv,
-                                                   launch_env=dict(launch.env))
+                                                   launch_env=dict(launch.env),
+                                                   trigger=launch.trigger,
+                                                   open_ended=launch.open_ended)
                 continue
             out.append(ProcessPlan(
                 group=name, rank=rank, roles=group.roles, selected_roles=group.roles,
                 mode="whole", backend="nsys", windows=(), launch_argv=launch.argv,
-                launch_env=dict(launch.env), world_size=group.world_size,
+                launch_env=dict(launch.env), trigger=launch.trigger,
+                open_ended=launch.open_ended, world_size=group.world_size,
                 raw_dir=paths.raw_dir(config.output_dir, name, rank),
                 window_time=_window_time(nsys)))
     return out
@@ -322,7 +325,8 @@ def _process_plan(config: ProfilingConfig, topology: Topology, group: GroupTopol
     launch = worker_launch(config, topology, group, rank, len(windows), warnings)
     return ProcessPlan(group=group.name, rank=rank, roles=group.roles, selected_roles=selecting,
                        mode=mode, backend=config.tool, windows=windows, launch_argv=launch.argv,
-                       launch_env=dict(launch.env),
+                       launch_env=dict(launch.env), trigger=launch.trigger,
+                       open_ended=launch.open_ended,
                        raw_dir=paths.raw_dir(config.output_dir, group.name, rank),
                        world_size=group.world_size,
                        capture_options=capture_options(config, group, launch.capture_options),

@@ -52,7 +52,8 @@ def _nsys_worker(config: ProfilingConfig, topology: Topology, group: GroupTopolo
                      windows=windows, output=paths.raw_prefix(config.output_dir, group.name, rank),
                      cpu_only=not topology.cuda, warnings=warnings)
     env = dict(NSYS_NVTX_ENV) if trigger == "nvtx" else {}
-    return Launch(argv=argv, env={**env, **_owner_env(config)})
+    return Launch(argv=argv, env={**env, **_owner_env(config)}, trigger=trigger,
+                  open_ended=not windows)
 
 
 def _torch_worker(config: ProfilingConfig, topology: Topology, group: GroupTopology, rank: int,
@@ -89,4 +90,4 @@ def controller_launch(config: ProfilingConfig, topology: Topology, windows: int,
                      flags=config.nsys.controller_flags, options_key=key, trigger="nvtx",
                      windows=windows, output=paths.controller_prefix(config.output_dir),
                      cpu_only=not topology.cuda, warnings=warnings)
-    return Launch(argv=argv, env={**NSYS_NVTX_ENV, **_owner_env(config)})
+    return Launch(argv=argv, env={**NSYS_NVTX_ENV, **_owner_env(config)}, trigger="nvtx")

@@ -32,7 +32,7 @@ from verlprof.backends.nsys.controller_capture import left_by_dead_controller
 from verlprof.backends.nsys.procs import owned_orphan_agents
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest, write_manifest
-from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
+from verlprof.plan_model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, StepWindow, WorkerReport
 from verlprof.runtime.collect import move_all, unreachable_reports
 from verlprof.runtime.elsewhere import Cluster, LeftThere, ask_nodes, connect
@@ -233,7 +233,7 @@ def _process(output_dir: str, journal: ProcessJournal,
         backend=planned[0].backend,
         windows=tuple(Window(steps=e.steps, report=e.identity, role=e.role, phase=e.phase)
                       for e in planned),
-        launch_argv=(OPEN_ENDED,) if journal.open_ended else (),
+        open_ended=journal.open_ended,
         raw_dir=paths.raw_dir(output_dir, journal.group, journal.rank))
 
 

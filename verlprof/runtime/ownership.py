@@ -54,11 +54,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from verlprof import paths
 from verlprof.errors import ConfigError
-from verlprof.manifest import read_manifest
+from verlprof.manifest import ReportEntry, read_manifest, write_manifest
 from verlprof.plan.build import build_plan
 from verlprof.plan_model import ProfilePlan
-from verlprof.records import ExistingRun
+from verlprof.records import STATUS_MISSING, ExistingRun
 from verlprof.runtime import run_lock
+from verlprof.runtime.collect import run_manifest
 from verlprof.runtime.run_lock import LockHolder
 
 KEY = "trainer.profiler.output_dir"
@@ -195,10 +196,6 @@ class Run:
         finalize."""
         if os.path.exists(os.path.join(self.output_dir, paths.MANIFEST_NAME)):
             return  # finalize's, or a running one (then verlprof collect places the rest)
-        from verlprof.manifest import ReportEntry, write_manifest
-        from verlprof.records import STATUS_MISSING
-        from verlprof.runtime.collect import run_manifest
-
         why = ((str(err) or "interrupted") if isinstance(err, KeyboardInterrupt) else  # SIGTERM
                f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
         note = f"the run ended before any window's report was placed ({why})"

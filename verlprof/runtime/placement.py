@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from verlprof import paths
 from verlprof.manifest import ReportEntry
-from verlprof.plan_model import OPEN_ENDED, ProcessPlan
+from verlprof.plan_model import ProcessPlan
 from verlprof.records import (
     STATUS_MISSING,
     StepWindow,
@@ -325,7 +325,7 @@ class Placement:
                                      ProcessJournal(group=t[0], rank=t[1],
                                                     identity=run.identity[t],
                                                     sent=tuple(self._sent.get(t, ())),
-                                                    open_ended=OPEN_ENDED in p.launch_argv)
+                                                    open_ended=p.open_ended)
                                      for t in self._targets()
                                      if (p := plans.get(t)) is not None
                                      and t in run.identity),

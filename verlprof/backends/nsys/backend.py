@@ -55,9 +55,8 @@ class NsysBackend(Backend):
         one window (discrete ones follow the phases that ran) and none was added on demand."""
         from verlprof.backends.nsys.capture import REPORT_POLL_S, ordinals, report_glob
         from verlprof.backends.nsys.reports import ReportWriter, wait_for_reports
-        from verlprof.plan_model import OPEN_ENDED
 
-        if OPEN_ENDED in process.launch_argv or any(w.phase for w in process.windows):
+        if process.open_ended or any(w.phase for w in process.windows):
             return {}
         by_steps = {w.steps: w for w in process.windows}
         windows = [by_steps[steps] for steps in opened if steps in by_steps]

@@ -33,7 +33,7 @@ from verlprof.backends.nsys.reports import (
     has_temp_sibling,
     own_writer,
 )
-from verlprof.plan_model import OPEN_ENDED, ProcessPlan, Window
+from verlprof.plan_model import ProcessPlan, Window
 from verlprof.records import STATUS_MISSING, STATUS_OK, WorkerReport
 
 _ORDINAL = re.compile(r"_(\d+)(?:\.(\d+))?\.nsys-rep$")
@@ -45,12 +45,11 @@ REPORT_POLL_S = 0.2
 class NsysCapture(Capture):
     def __init__(self, plan: ProcessPlan):
         super().__init__(plan)
-        self.trigger = "nvtx" if any(a == "--capture-range=nvtx" for a in plan.launch_argv) \
-            else "cuda"
+        self.trigger = plan.trigger or "cuda"
         self.emitter = nvtx.get_emitter()
         self._handle: Any = None
         self._fillers = 0
-        self.open_ended = OPEN_ENDED in plan.launch_argv
+        self.open_ended = plan.open_ended
 
     def open(self, window: Window) -> None:
         if self.trigger == "nvtx":
