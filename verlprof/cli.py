@@ -149,9 +149,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         if os.environ.get(DEBUG_ENV):
             raise
-        from verlprof.safe_text import visible
+        from verlprof.safe_text import one_line, visible
 
-        text = " ".join(str(err).split()) or type(err).__name__
+        text = one_line(err) or type(err).__name__
         prefix = "" if text.startswith(f"{args.command}: ") else f"{args.command}: "
         kind = "" if type(err).__name__ == "RayStartError" else f"{type(err).__name__}: "
         print(f"verlprof: {prefix}{kind}{visible(text)} (set {DEBUG_ENV}=1 for the "
@@ -177,12 +177,12 @@ def _one_line(err: BaseException) -> str:
     """The error's own message: one raised in a Ray worker carries a traceback around it.
     It may quote a name or value from the config: shown visibly, never as terminal codes."""
     from verlprof.errors import ConfigError, ProfilingRuntimeError
-    from verlprof.safe_text import visible
+    from verlprof.safe_text import one_line, visible
 
     cause = getattr(err, "cause", None)
     if isinstance(cause, (ConfigError, ProfilingRuntimeError)):
         err = cause
-    return visible(" ".join(str(err).split()))
+    return visible(one_line(err))
 
 
 def _running_state(output_dir: str, manifest) -> str:

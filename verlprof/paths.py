@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 MANIFEST_NAME = "manifest.json"
 CONTROLLER_DIR = "controller"
@@ -72,9 +72,6 @@ EXTENSIONS: Mapping[str, str] = {
     "rocprof_sys": ".rocprof-sys",
 }
 """Report suffix per backend (rocprof-sys writes a directory of that name)."""
-
-TEMPLATE_FIELDS = ("component", "step", "rank", "host", "pid")
-"""Fields a filename template may use."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -126,8 +123,14 @@ def raw_dir(output_dir: str, group: str, rank: int) -> str:
 
 def raw_prefix(output_dir: str, group: str, rank: int) -> str:
     """nsys ``-o`` value for a worker: ``<raw_dir>/<group>_rank<R>_%p``."""
-    return os.path.join(raw_dir(output_dir, group, rank),
-                        RAW_PREFIX_FORMAT.format(group=sanitize(group), rank=rank))
+    return os.path.join(raw_dir(output_dir, group, rank), raw_name(group, rank))
+
+
+def raw_name(group: str, rank: int, pid: Optional[int] = None) -> str:
+    """The base name of a worker's raw reports, ``<group>_rank<R>_<pid>`` (``%p``, which nsys
+    expands, without ``pid``)."""
+    name = RAW_PREFIX_FORMAT.format(group=sanitize(group), rank=rank)
+    return name if pid is None else name.replace("%p", str(int(pid)))
 
 
 def probe_path(directory: str) -> str:

@@ -16,6 +16,8 @@ through one of the functions here and never lets them act as code in its medium:
   (next-step hints, the plan's launch commands).
 - :func:`stand_in`: a stable, visible name for a name that cannot be shown at all (empty,
   nothing printable, or too long); ``verlprof report`` uses it and warns.
+- :func:`one_line`: a message (an exception's, a tool's) on one line, for the errors and
+  reasons that must stay one line (a Ray error carries a whole traceback).
 
 No verlprof import: the report and the plan's tables both use it (docs/architecture.md).
 """
@@ -192,3 +194,10 @@ def shell_quote(word: str) -> str:
 def shell_join(argv: Iterable[str]) -> str:
     """A command line of :func:`shell_quote` words."""
     return " ".join(shell_quote(arg) for arg in argv)
+
+
+def one_line(message: object, limit: Optional[int] = None) -> str:
+    """``message`` with every run of whitespace (newlines included) one space, cut to
+    ``limit`` characters when given."""
+    text = " ".join(str(message).split())
+    return text if limit is None else text[:limit]

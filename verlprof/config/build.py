@@ -26,6 +26,7 @@ from verlprof.config.draft import to_profiling
 from verlprof.config.schema import OptionValue, ProfilingConfig
 from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
+from verlprof.safe_text import one_line
 
 logger = logging.getLogger("verlprof")
 
@@ -70,7 +71,7 @@ def config_from_dict(cfg: Mapping[str, Any], env: Optional[Mapping[str, str]] = 
         if "\n" not in str(err):
             raise
         # A message must stay one line even if it quotes something multi-line.
-        raise ConfigError(_one_line(err.key), _one_line(err.message)) from None
+        raise ConfigError(one_line(err.key), one_line(err.message)) from None
 
 
 def to_plain(cfg: Any) -> Dict[str, Any]:
@@ -82,7 +83,7 @@ def to_plain(cfg: Any) -> Dict[str, Any]:
             # OmegaConf appends "full_key: ..." lines; the first line is the message
             message = next((ln for ln in str(err).splitlines() if ln.strip()), "cannot resolve")
             raise ConfigError(getattr(err, "full_key", None) or "config",
-                              _one_line(message)) from None
+                              one_line(message)) from None
     elif isinstance(cfg, ListConfig) or not isinstance(cfg, Mapping):
         raise ConfigError("config", f"must be a mapping of sections, got {type(cfg).__name__}")
     # _copy expands shared references: measure first (memoised), so a bomb is never expanded
@@ -134,6 +135,3 @@ def _copy(value: Any, depth: int) -> Any:
         return [_copy(item, depth + 1) for item in value]
     return value
 
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())

@@ -21,6 +21,7 @@ from verlprof.config import guard
 from verlprof.config import overrides as ov
 from verlprof.config.build import MAX_DEPTH, LoadedConfig, config_from_dict, to_plain
 from verlprof.errors import ConfigError
+from verlprof.safe_text import one_line
 
 _OVERRIDE_ERRORS = (OmegaConfBaseException, ValueError, TypeError, KeyError, IndexError)
 
@@ -120,5 +121,5 @@ def _compose(path: str, overrides: Sequence[str], parsed: Sequence[ov.Override])
 
 def _first_line(err: BaseException, limit: int = 300) -> str:
     """The error's text on one line (YAML and Hydra spread theirs over several)."""
-    text = " ".join(str(err).split()) or type(err).__name__
+    text = one_line(err) or type(err).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."

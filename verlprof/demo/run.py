@@ -22,7 +22,7 @@ from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan
 from verlprof.records import ProcessIdentity
 from verlprof.runtime.teardown import LATE_AGENTS_WAIT_S, end_late_agents
-from verlprof.safe_text import visible
+from verlprof.safe_text import one_line, visible
 
 
 class RayStartError(RuntimeError):
@@ -30,7 +30,7 @@ class RayStartError(RuntimeError):
 
     def __init__(self, address: Optional[str], err: BaseException):
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
-        first = " ".join(str(err).split())[:300] or type(err).__name__
+        first = one_line(err, 300) or type(err).__name__
         super().__init__(f"demo: could not start or reach {where} ({type(err).__name__}: "
                          f"{first}); nothing was profiled. On a loaded machine, try again; "
                          "to use a running cluster pass --ray-address (or RAY_ADDRESS)")

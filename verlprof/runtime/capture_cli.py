@@ -22,7 +22,7 @@ from verlprof import paths
 from verlprof.errors import ProfilingRuntimeError
 from verlprof.manifest import Manifest, ReportEntry, read_manifest
 from verlprof.records import CaptureDecision, CaptureRequest, JobProgress
-from verlprof.safe_text import visible
+from verlprof.safe_text import one_line, visible
 
 EXIT_REFUSED = 2
 
@@ -138,7 +138,7 @@ def _desk(args: argparse.Namespace) -> Tuple[str, Dict[str, Any], str, Any]:
         actor = ray.get_actor(str(where.get("actor")), namespace=where.get("namespace"))
     except Exception as err:
         raise ProfilingRuntimeError(
-            f"cannot reach the job's request desk at {address}: {' '.join(str(err).split())[:200]}"
+            f"cannot reach the job's request desk at {address}: {one_line(err, 200)}"
             " (the job has ended, or pass --address)") from None
     return run_dir, where, token, actor
 

@@ -38,6 +38,7 @@ from verlprof.records import (
     WorkerReport,
 )
 from verlprof.runtime.teardown import discard, exit_outputs_on_nodes, on_node, read_chunk
+from verlprof.safe_text import one_line
 from verlprof.storage import seen_here
 from verlprof.version import __version__
 
@@ -80,7 +81,7 @@ def move_report(item: WorkerReport, output_dir: str, local_node_id: str,
             elif transfer == "ray":
                 on_node(discard, where.node_id, os.path.dirname(raw), [os.path.basename(raw)])
         except Exception as err:  # one report's failure must not lose the others
-            status, reason = STATUS_MISSING, " ".join(f"could not collect {raw}: {err}".split())
+            status, reason = STATUS_MISSING, one_line(f"could not collect {raw}: {err}")
     return ReportEntry.of(dataclasses.replace(item.report, path=relpath), status=status,
                           host=where.host, pid=where.pid, node_id=where.node_id, bytes=size,
                           reason=reason, window_start_ns=item.window_start_ns,
@@ -179,7 +180,7 @@ def partial_reports(process: ProcessPlan, where: ProcessIdentity) -> List[str]:
     pid = where.pid
     if not pid or not process.raw_dir or not os.path.isdir(process.raw_dir):
         return []
-    prefix = f"{paths.sanitize(process.group)}_rank{process.rank}_{int(pid)}"
+    prefix = paths.raw_name(process.group, process.rank, pid)
     try:
         names = sorted(os.listdir(process.raw_dir))
     except OSError:
@@ -285,7 +286,7 @@ def place_exit_output(entry: ReportEntry,
             size += os.path.getsize(dest)
     except Exception as err:  # one process's failure must not lose the others
         return dict(status=STATUS_MISSING,
-                    reason=" ".join(f"could not collect {directory}: {err}".split()))
+                    reason=one_line(f"could not collect {directory}: {err}"))
     expected = sum(n for _, n in files)
     if size != expected:
         return dict(status=STATUS_INCOMPLETE, bytes=size,

@@ -24,6 +24,7 @@ from verlprof.plan_model import ProcessPlan
 from verlprof.records import ProcessIdentity, StepWindow, Target, Tool, WorkerReport
 from verlprof.runtime.collect import unreachable_reports
 from verlprof.runtime.teardown import Settled, settle_profilers, task_on_node
+from verlprof.safe_text import one_line
 from verlprof.storage import stamp_of
 from verlprof.worker.identity import node_id
 
@@ -60,7 +61,7 @@ def connect(address: str) -> Cluster:
     except Exception as err:  # Ray raises ConnectionError, RuntimeError, its own errors
         raise ProfilingRuntimeError(
             f"--address: cannot reach the Ray cluster at {address}: "
-            f"{' '.join(str(err).split())[:200]} (without --address, collect places what "
+            f"{one_line(err, 200)} (without --address, collect places what "
             "this machine sees)") from None
     return Cluster(address=address, local_node=node_id(), alive=alive)
 

@@ -28,7 +28,7 @@ from verlprof.manifest import HookRun, Manifest
 from verlprof.plan_model import FinishHookPlan, ProfilePlan
 from verlprof.records import ProcessIdentity, Target
 from verlprof.runtime.teardown import task_on_node
-from verlprof.safe_text import visible
+from verlprof.safe_text import one_line, visible
 from verlprof.worker.identity import node_id as this_node_id
 
 logger = logging.getLogger("verlprof")
@@ -122,7 +122,7 @@ def _gather(refs: Dict[Target, object], hook: FinishHookPlan) -> Dict[Target, Ho
         try:
             out[target] = ray.get(ref)
         except Exception as err:  # the task itself failed on that node (Ray error types vary)
-            out[target] = HookRun(cmd=hook.cmd, where=where, error=" ".join(str(err).split())[:300])
+            out[target] = HookRun(cmd=hook.cmd, where=where, error=one_line(err, 300))
     return out
 
 

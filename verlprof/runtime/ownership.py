@@ -61,6 +61,7 @@ from verlprof.records import STATUS_MISSING, ExistingRun
 from verlprof.runtime import run_lock
 from verlprof.runtime.collect import run_manifest
 from verlprof.runtime.run_lock import LockHolder
+from verlprof.safe_text import one_line
 
 KEY = "trainer.profiler.output_dir"
 POLICY_KEY = "trainer.profiler.existing_run"
@@ -197,7 +198,7 @@ class Run:
         if os.path.exists(os.path.join(self.output_dir, paths.MANIFEST_NAME)):
             return  # finalize's, or a running one (then verlprof collect places the rest)
         why = ((str(err) or "interrupted") if isinstance(err, KeyboardInterrupt) else  # SIGTERM
-               f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+               f"{type(err).__name__}: {one_line(err, 300)}")
         note = f"the run ended before any window's report was placed ({why})"
         entries = [ReportEntry.of(r, status=STATUS_MISSING, reason=f"window never opened: {note}")
                    for r in self.plan.reports]

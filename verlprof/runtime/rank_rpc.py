@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from verlprof.records import Target
+from verlprof.safe_text import one_line
 
 RankError = Tuple[Target, str]
 """(group, rank) and one line saying what went wrong."""
@@ -43,7 +44,7 @@ def describe_error(err: BaseException) -> str:
     """One short line for an RPC failure (Ray's messages run over many lines)."""
     from ray.exceptions import RayActorError, RayTaskError
 
-    text = " ".join(str(err).split())
+    text = one_line(err)
     if isinstance(err, RayActorError):
         kind = re.search(r"Worker exit type: (\w+)", text)
         detail = re.search(r"Worker exit detail: (.*?\.)(?:\s|$)", text)

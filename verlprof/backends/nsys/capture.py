@@ -152,9 +152,8 @@ class NsysCapture(Capture):
 
 def report_glob(plan: ProcessPlan, pid: int) -> str:
     """Glob of process ``pid``'s raw reports (``%p`` of the plan's output prefix = pid)."""
-    prefix = paths.RAW_PREFIX_FORMAT.format(group=paths.sanitize(plan.group), rank=plan.rank)
     # "x_12.*nsys-rep" matches x_12.nsys-rep and x_12.3.nsys-rep, never pid 123's x_123...
-    return os.path.join(plan.raw_dir, prefix.replace("%p", str(int(pid))) + ".*nsys-rep")
+    return os.path.join(plan.raw_dir, paths.raw_name(plan.group, plan.rank, pid) + ".*nsys-rep")
 
 
 def _session_name(nsys: str, cli_pid: int) -> str:
