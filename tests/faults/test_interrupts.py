@@ -135,6 +135,8 @@ def test_sigterm_of_verlprof_demo(ray_cluster, tmp_path):
     assert "verlprof: terminated (SIGTERM)" in output
     manifest = harness.read_manifest(out)
     _check_first_window_only(out, manifest)
+    assert "the run was stopped by SIGTERM; windows that had not opened by then stay " \
+           "missing" in manifest["warnings"]  # the manifest says why, not only the log
     harness.assert_no_leftovers()
 
 

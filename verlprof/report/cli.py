@@ -94,8 +94,9 @@ def add_report_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--run", metavar="ID", default=None,
                         help="when OUTPUT_DIR holds several runs (each with its manifest, "
                              "e.g. <run id>/ subdirectories), summarise only this one "
-                             "(default: OUTPUT_DIR's own run, the newest; without one, each "
-                             "on its own)")
+                             "(default: OUTPUT_DIR's own run: the newest with "
+                             "existing_run=move_aside, the first with new_subdir; without "
+                             "one, each on its own)")
     return parser
 
 

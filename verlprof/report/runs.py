@@ -3,9 +3,10 @@
 A run is a directory with its own ``manifest.json``. ``verlprof report DIR`` looks at DIR and
 at its immediate subdirectories (``trainer.profiler.existing_run=move_aside`` moves an earlier
 run into ``<output_dir>/<its run id>/``, ``new_subdir`` writes a new one into
-``<output_dir>/<run id>/``). When DIR has a run of its own (the newest), that run is summarised
-and the others are named in one line. Otherwise each is summarised on its own, into its own
-``summary/``, one after the other. ``--run ID`` picks one.
+``<output_dir>/<run id>/``). When DIR has a run of its own (the newest under ``move_aside``,
+the first under ``new_subdir``), that run is summarised and the others are named in one
+line. Otherwise each is summarised on its own, into its own ``summary/``, one after the
+other. ``--run ID`` picks one.
 Report files that no manifest lists (a run that crashed, or the leftovers of one whose manifest
 was replaced) are named in one line; they are never read into a run's figures.
 """
@@ -113,8 +114,8 @@ def report_runs(args: argparse.Namespace,
             return EXIT_USAGE
         runs = chosen[:1]
     elif not runs or runs[0].directory == directory:
-        # the directory's own run is its newest (existing_run=move_aside keeps earlier ones
-        # beside it): summarised alone, the others named
+        # the directory's own run (move_aside's newest, new_subdir's first) is summarised
+        # alone, the others named (their ids in the line, for --run)
         if len(runs) > 1:
             print(f"verlprof: {visible(directory)} also keeps {len(runs) - 1} other run(s) "
                   f"({_labels(runs[1:])}): verlprof report {shell_quote(directory)} --run ID "

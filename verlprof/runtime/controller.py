@@ -305,6 +305,8 @@ class ProfileController:
         if self._finalized is not None:
             return self._finalized
         with self._signals.shield():
+            if self._signals.received is not None:  # said in the manifest, not only the log
+                self.note(self._signals.stopped_by())
             self._on_demand.finish()  # requests not taken yet are refused
             self.stop_all(raise_errors=False)
             timeout = self.finalize_timeout_s if timeout_s is None else timeout_s

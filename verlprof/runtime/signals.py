@@ -137,6 +137,11 @@ class SignalGuard:
             return f"finalize cut short by {name}, held {self.hold_s:g}s (finalize_timeout_s)"
         return f"finalize cut short by a second signal ({name})"
 
+    def stopped_by(self) -> str:
+        """The manifest's line for a run the signal received stopped."""
+        name = signal.Signals(self.received).name if self.received is not None else "a signal"
+        return f"the run was stopped by {name}; windows that had not opened by then stay missing"
+
     def interruption(self) -> KeyboardInterrupt:
         """The exception of the signal received (after a finalise cut short)."""
         if self.received == signal.SIGTERM:
