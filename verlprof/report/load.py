@@ -259,8 +259,9 @@ def load(output_dir: str, manifest: Manifest, *, jobs: Optional[int] = None,
     root = os.path.realpath(output_dir) + os.sep
     for data in datas:
         if data.error:  # paths relative to output_dir: the row already says which report
-            problems.append(_problem(PROBLEM_UNREADABLE, entries[data.index],
-                                     data.error.replace(root, "")))
+            entry = entries[data.index]
+            problems.append(_problem(PROBLEM_UNREADABLE, entry, data.error.replace(root, "")
+                                     + _size_changed(output_dir, entry)))
     good = [d for d in datas if not d.error]
     records, steps, windows, notes = normalise(entries, good)
     records, name_warnings = records_with_stand_ins(records)
@@ -363,6 +364,18 @@ def _step_spans(controller: Dict[int, StepMark], records: Sequence[PhaseRecord]
     for step, (lo, hi) in extent.items():
         spans.setdefault(step, StepSpan(step, lo, hi, "records"))
     return sorted(spans.values(), key=lambda s: (s.start_ns, s.step))
+
+
+def _size_changed(output_dir: str, entry: ReportEntry) -> str:
+    """Why an unreadable report may be so: its size is not the one placed (cut, replaced)."""
+    try:
+        size = os.path.getsize(paths.inside(output_dir, entry.path))
+    except (OSError, ValueError):
+        return ""
+    if not entry.bytes or size == entry.bytes:
+        return ""
+    return f" (the file holds {size:,} bytes where the manifest says {entry.bytes:,}: cut " \
+           "short or replaced since it was placed)"
 
 
 def _problem(kind: str, entry: ReportEntry, reason: str) -> Problem:
