@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                     "model worker groups) on CPU over Ray, profiled as the config says "
                     "(default: the config shipped with verlprof, printed by 'verlprof "
                     "init-config -'), then summarise it like 'verlprof report'. Uses nsys "
-                    "when it is installed, else the torch profiler. About a minute on 2 "
+                    "when it is installed, else the torch profiler. Under a minute on 2 "
                     "cores.")
     with_config(demo, required=False)
     demo.add_argument("--ray-address", metavar="ADDR", default=None,
