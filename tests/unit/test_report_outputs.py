@@ -218,3 +218,25 @@ def test_html_script_draws_every_bar(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"bars": 3 * (7 + 7 * 8), "windows": 3 * 3 * 8, "zero": 0,
                                       "stragglers": 1, "steps": 3}
+
+
+def test_an_unreadable_report_of_another_size_than_placed_says_so(tmp_path):
+    """A report cut short or replaced after it was placed: its reason adds the two sizes
+    beside the reader's own message; one of the placed size adds nothing."""
+    for name, data in (("cut.nsys-rep", b"not a report"), ("same.nsys-rep", b"not either")):
+        (tmp_path / name).write_bytes(data)
+    entries = tuple(
+        ReportEntry(steps=(1,), group="critic", rank=rank, component="critic", backend="nsys",
+                    path=name, status="ok", bytes=placed)
+        for rank, (name, placed) in enumerate((("cut.nsys-rep", 4096),
+                                               ("same.nsys-rep", len(b"not either")))))
+    write_manifest(Manifest(tool="nsys", output_dir=str(tmp_path), step_windows=((1,),),
+                            reports=entries), str(tmp_path))
+    summary = summarize(str(tmp_path), console=Console(file=io.StringIO()), write=False,
+                        progress=False, jobs=1)
+    reasons = {p.path: p.reason for p in summary.missing}
+    assert {p.kind for p in summary.missing} == {"unreadable"}
+    assert reasons["cut.nsys-rep"].endswith(
+        " (the file holds 12 bytes where the manifest says 4,096: cut short or replaced "
+        "since it was placed)")
+    assert "manifest says" not in reasons["same.nsys-rep"]
