@@ -133,6 +133,11 @@ class InProcessRanks:
         self._dead: Dict[Target, str] = {}
         """Ranks that died, noticed or not yet: their calls fail without running."""
 
+    def is_dead(self, target: Target) -> bool:
+        """Whether ``target`` died, noticed by a call or not yet (an asker skips it, as a dead
+        Ray actor would not answer)."""
+        return target in self._dead
+
     def kill(self, target: Target, why: str = "killed") -> None:
         """``target`` dies now, as if SIGKILLed: the controller notices at its next call."""
         err = RankDied(why)

@@ -68,10 +68,10 @@ def ask_in_process(rpc: Any, targets: List[Target]) -> Dict[Target, List[WorkerR
     rank, as the Ray path bypasses the layer's bookkeeping; a rank killed or busy is not
     asked (a Ray actor in that state would not answer either)."""
     out: Dict[Target, List[WorkerReport]] = {}
-    dead = getattr(rpc, "_dead", {})
+    dead = getattr(rpc, "is_dead", lambda target: False)  # InProcessRanks'; a fake: none
     for target in targets:
         actor = rpc.actors.get(target)
-        if actor is None or target in dead or target in getattr(rpc, "busy", {}):
+        if actor is None or dead(target) or target in getattr(rpc, "busy", {}):
             continue
         with contextlib.suppress(Exception):
             if isinstance(actor, OnOwnThread):
