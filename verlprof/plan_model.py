@@ -31,6 +31,21 @@ from verlprof.records import (
 
 
 @dataclass(frozen=True)
+class TorchCapture:
+    """What the torch profiler records in each window of one process (the config's
+    ``trainer.profiler.torch``, plus what the plan adds)."""
+
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    cuda: Optional[bool] = None
+    """Trace CUDA activity; None: when CUDA is available."""
+    all_threads: bool = False
+    """Every thread of the process, not only the one its windows open from (a served model's
+    event loop, verl's async workers)."""
+
+
+@dataclass(frozen=True)
 class Launch:
     """How one process is started under the profiler (all empty: not wrapped)."""
 
@@ -38,8 +53,8 @@ class Launch:
     """Command prefix placed before the interpreter."""
     env: Dict[str, str] = field(default_factory=dict)
     """Environment the wrapped process needs."""
-    capture_options: Dict[str, Any] = field(default_factory=dict)
-    """Settings the in-process capture applies to each window."""
+    capture_options: TorchCapture = field(default_factory=TorchCapture)
+    """What an in-process capture (torch) records in each window."""
     trigger: Optional[Trigger] = None
     """nsys: how a window opens (see :attr:`ProcessPlan.trigger`)."""
     open_ended: bool = False
@@ -155,9 +170,8 @@ class ProcessPlan:
     """Where the process writes before collection renames its reports."""
     world_size: int = 1
     """World size of the process's group (recorded in torch traces)."""
-    capture_options: Dict[str, Any] = field(default_factory=dict)
-    """Settings the in-process backend applies to each window (torch: ``record_shapes``,
-    ``profile_memory``, ``with_stack``, ``cuda``)."""
+    capture_options: TorchCapture = field(default_factory=TorchCapture)
+    """What the in-process backend records in each window (torch; unused by the others)."""
     window_time: WindowTime = field(default_factory=WindowTime)
     """Time bounds inside each window of this process."""
     trigger: Optional[Trigger] = None

@@ -215,8 +215,8 @@ def test_torch_whole_step_plans_trace_files(release, root):
     assert workers(plan.processes)[1].windows[1].report.path == (
         "step0002/global_pool/rank1/global_pool_step2_rank1_{host}_{pid}.pt.trace.json.gz")
     if release in ENGINE:  # verl's contents: the actor's [cuda, shapes], the critic's []
-        assert plan.processes[0].capture_options["record_shapes"] is True
-        assert plan.processes[0].capture_options["cuda"] is True
+        assert plan.processes[0].capture_options.record_shapes is True
+        assert plan.processes[0].capture_options.cuda is True
         assert any(w.startswith("torch contents differ between roles") for w in
                    loaded.warnings)
     if release in ("0.6.0", "0.7.0"):

@@ -17,6 +17,7 @@ from verlprof.config.schema import (
 from verlprof.config.topology import Topology
 from verlprof.errors import ConfigError
 from verlprof.plan import ProfilePlan, build_plan, group_step_windows
+from verlprof.plan_model import TorchCapture
 
 CPU = Topology.of({"actor_rollout_ref": 2, "critic": 2, "rm": 1}, cuda=False)
 GPU4 = Topology.of({"actor_rollout_ref": 4, "critic": 4, "rm": 1}, cuda=True)
@@ -236,8 +237,7 @@ def test_torch_settings_reach_the_process_plan():
     cfg = dataclasses.replace(config(tool="torch", actor=comp([0])),
                               torch=TorchProfilerConfig(record_shapes=True, with_stack=True))
     options = build_plan(cfg, CPU).process("actor_rollout_ref", 0).capture_options
-    assert options == {"record_shapes": True, "profile_memory": False, "with_stack": True,
-                       "cuda": None}
+    assert options == TorchCapture(record_shapes=True, with_stack=True)  # a typed record
 
 
 def test_messages_name_the_key_the_options_came_from():

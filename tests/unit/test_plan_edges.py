@@ -55,9 +55,9 @@ def test_a_served_replica_is_selected_by_any_gpu_it_owns_and_runs_whole_steps(gl
     assert [p.rank for p in served] == replicas
     # discrete asked for, but a server has no annotated phase: whole steps, all its threads
     assert {p.mode for p in served} == {"whole"}
-    assert all(p.capture_options["all_threads"] is True for p in served)
+    assert all(p.capture_options.all_threads is True for p in served)
     (actor,) = [p for p in plan.processes if p.group == "actor_rollout_ref"]
-    assert actor.mode == "discrete" and "all_threads" not in actor.capture_options
+    assert actor.mode == "discrete" and not actor.capture_options.all_threads
 
 
 def test_a_served_group_with_one_gpu_per_replica_selects_by_replica():

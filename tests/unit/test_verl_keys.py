@@ -321,10 +321,10 @@ def test_torch_contents_become_capture_options():
                             f"{A}.tool_config.torch.contents": ["cpu", "cuda", "stack",
                                                                 "shapes", "memory"]})
     options = plan(cfg).processes[0].capture_options
-    assert options["record_shapes"] and options["with_stack"] and options["profile_memory"]
-    assert options["cuda"] is True
+    assert options.record_shapes and options.with_stack and options.profile_memory
+    assert options.cuda is True
     cfg["actor_rollout_ref"]["actor"]["profiler"]["tool_config"]["torch"]["contents"] = []
-    assert plan(cfg).processes[0].capture_options["cuda"] is False  # verl: cpu only
+    assert plan(cfg).processes[0].capture_options.cuda is False  # verl: cpu only
 
 
 def test_torch_discrete_is_per_role():

@@ -166,8 +166,8 @@ def test_torch_follows_every_thread_of_verls_processes_and_only_the_plans_own(co
     plan = compose("global_profiler.tool=torch", "actor_rollout_ref.actor.profiler.enable=true",
                    "actor_rollout_ref.actor.profiler.ranks=[0]")
     assert {p.group for p in plan.processes} == {"global_pool", "rollout_replicas"}
-    assert all(p.capture_options.get("all_threads") for p in plan.processes)
-    assert not any(p.capture_options.get("all_threads")
+    assert all(p.capture_options.all_threads for p in plan.processes)
+    assert not any(p.capture_options.all_threads
                    for p in seed_plan(tmp_path, [1]).processes)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, List, Optional, Tuple, TypeVar
 
 from verlprof import paths
 from verlprof.config.schema import ComponentConfig, ProfilingConfig
@@ -33,6 +33,7 @@ from verlprof.plan_model import (
     Report,
     RunPolicy,
     TokenWindow,
+    TorchCapture,
     Window,
     WindowTime,
 )
@@ -334,7 +335,7 @@ def _process_plan(config: ProfilingConfig, topology: Topology, group: GroupTopol
 
 
 def capture_options(config: ProfilingConfig, group: GroupTopology,
-                    tool_options: Dict[str, Any]) -> Dict[str, Any]:
+                    tool_options: TorchCapture) -> TorchCapture:
     """The tool's options for one process, with ``all_threads`` where the work does not run
     on the thread its windows open from, so an in-process profiler (torch) follows every
     thread: a served model's server answers on its event loop, and verl's workers are async
@@ -342,7 +343,7 @@ def capture_options(config: ProfilingConfig, group: GroupTopology,
     phases run on different threads (without it, verl's training ranks wrote torch traces
     with no phase in them)."""
     every_thread = group.served or config.verl_release is not None
-    return {**tool_options, **({"all_threads": True} if every_thread else {})}
+    return dataclasses.replace(tool_options, all_threads=True) if every_thread else tool_options
 
 
 def _window_time(config: ProfilingConfig) -> WindowTime:

@@ -16,7 +16,7 @@ from verlprof.config.schema import ProfilingConfig
 from verlprof.config.topology import GroupTopology, Topology
 from verlprof.plan.nsys_argv import check_trace_has_nvtx, nsys_argv, resolve_trigger
 from verlprof.plan.rocprof_argv import rocprof_argv, rocprof_env
-from verlprof.plan_model import NSYS_NVTX_ENV, Launch
+from verlprof.plan_model import NSYS_NVTX_ENV, Launch, TorchCapture
 from verlprof.records import NSYS_OWNER_ENV, Tool
 
 ROCPROF_ARGS_KEY = "trainer.profiler.rocprof_sys.args"
@@ -58,7 +58,7 @@ def _nsys_worker(config: ProfilingConfig, topology: Topology, group: GroupTopolo
 
 def _torch_worker(config: ProfilingConfig, topology: Topology, group: GroupTopology, rank: int,
                   windows: int, warnings: List[str]) -> Launch:
-    return Launch(capture_options=asdict(config.torch), env=dict(QUIET_KINETO))
+    return Launch(capture_options=TorchCapture(**asdict(config.torch)), env=dict(QUIET_KINETO))
 
 
 def _rocprof_worker(config: ProfilingConfig, topology: Topology, group: GroupTopology,

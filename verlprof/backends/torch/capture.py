@@ -36,7 +36,7 @@ class TorchCapture(Capture):
         from torch.profiler import ProfilerActivity
 
         activities = [ProfilerActivity.CPU]
-        cuda = self.plan.capture_options.get("cuda")
+        cuda = self.plan.capture_options.cuda
         if torch.cuda.is_available() if cuda is None else cuda:
             activities.append(ProfilerActivity.CUDA)
         return activities
@@ -47,9 +47,9 @@ class TorchCapture(Capture):
         self._count += 1
         options = self.plan.capture_options
         self._profiler = torch.profiler.profile(
-            activities=self._activities(), record_shapes=bool(options.get("record_shapes")),
-            profile_memory=bool(options.get("profile_memory")),
-            with_stack=bool(options.get("with_stack")), **_all_threads(options))
+            activities=self._activities(), record_shapes=options.record_shapes,
+            profile_memory=options.profile_memory, with_stack=options.with_stack,
+            **_all_threads(options.all_threads))
         self._profiler.start()
         self._profiler.add_metadata_json("distributedInfo", json.dumps(
             {"rank": self.plan.rank, "world_size": self.plan.world_size, "backend": "verlprof"}))
@@ -106,11 +106,11 @@ def _host() -> str:
     return socket.gethostname()
 
 
-def _all_threads(options: Dict[str, Any]) -> Dict[str, Any]:
-    """``experimental_config`` recording every thread of the process (``all_threads``), where
-    this torch has it (``profile_all_threads``, torch 2.7+); else nothing: the thread that
-    opened the window only."""
-    if not options.get("all_threads"):
+def _all_threads(every_thread: bool) -> Dict[str, Any]:
+    """``experimental_config`` recording every thread of the process, where this torch has
+    it (``profile_all_threads``, torch 2.7+); else nothing: the thread that opened the window
+    only."""
+    if not every_thread:
         return {}
     from torch._C._profiler import _ExperimentalConfig
 
