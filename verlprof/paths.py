@@ -133,6 +133,14 @@ def raw_name(group: str, rank: int, pid: Optional[int] = None) -> str:
     return name if pid is None else name.replace("%p", str(int(pid)))
 
 
+def not_a_directory(path: str) -> Optional[str]:
+    """Why ``path`` cannot be read as a run's directory (``not a directory``, ``no such
+    directory``); None when it is one."""
+    if os.path.isdir(path):
+        return None
+    return "not a directory" if os.path.exists(path) else "no such directory"
+
+
 def probe_path(directory: str) -> str:
     """This process's write-test file in ``directory``."""
     return os.path.join(directory, PROBE_FORMAT.format(pid=os.getpid()))

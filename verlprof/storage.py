@@ -91,13 +91,19 @@ class SpaceReserve:
 
     def release(self) -> None:
         """Give the room back (idempotent)."""
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        release_reserve(os.path.dirname(self.path))
         self.held = 0
 
 
-__all__ = ["FULL_BELOW_BYTES", "RESERVE_NAME", "SpaceReserve", "reserve_bytes",
-           "write_problem"]
+def release_reserve(directory: str) -> None:
+    """Give back the room held in ``directory``, also one a process that is gone left there
+    (idempotent)."""
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(directory, RESERVE_NAME))
+
+
+__all__ = ["FULL_BELOW_BYTES", "RESERVE_NAME", "SpaceReserve", "release_reserve",
+           "reserve_bytes", "write_problem"]
 
 
 def stamp_of(path: str) -> Optional[FileStamp]:

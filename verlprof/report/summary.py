@@ -66,9 +66,9 @@ def summarize(output_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
         raise ValueError(f"minimum excess must be >= 0 ms, got {min_excess_ms:g}")
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
-    if not os.path.isdir(output_dir):
-        raise ValueError(f"{output_dir}: " + ("not a directory" if os.path.exists(output_dir)
-                                              else "no such directory"))
+    unusable = paths.not_a_directory(output_dir)
+    if unusable:
+        raise ValueError(f"{output_dir}: {unusable}")
     if manifest is None:
         manifest = read_manifest(output_dir)
     _import_meanwhile(_PRINTING + (_DRAWING if write and picture else ()))

@@ -86,9 +86,10 @@ def add_capture_subcommands(sub: Any) -> None:
 
 def run_capture_command(args: argparse.Namespace) -> int:
     try:
-        if args.command in ("status", "collect") and not os.path.isdir(args.output_dir):
-            raise ProfilingRuntimeError(f"{args.command}: {args.output_dir}: " + (
-                "not a directory" if os.path.exists(args.output_dir) else "no such directory"))
+        unusable = (paths.not_a_directory(args.output_dir)
+                    if args.command in ("status", "collect") else None)
+        if unusable:
+            raise ProfilingRuntimeError(f"{args.command}: {args.output_dir}: {unusable}")
         if args.command == "status":
             return _status(args)
         if args.command == "collect":

@@ -19,7 +19,6 @@ job's Ray cluster) it does all of that on every other node too (:mod:`.elsewhere
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import os
@@ -40,6 +39,7 @@ from verlprof.runtime.journal import ProcessJournal, RunJournal, read_journal, r
 from verlprof.runtime.run_lock import read_lock, release, stale_reason
 from verlprof.runtime.teardown import Settled, settle_profilers
 from verlprof.safe_text import visible
+from verlprof.storage import release_reserve
 
 ENDED = "the run ended without finalize"
 """How the manifest's warnings and ``verlprof status`` begin for such a run."""
@@ -171,8 +171,7 @@ def _release_dead_claim(output_dir: str, run_id: Optional[str]) -> None:
     """What finalize would have removed: the dead run's lock and the room it held for its
     manifest (``.verlprof-reserve``); another run's lock and room are left alone."""
     if (run_id and release(output_dir, run_id)) or read_lock(output_dir) is None:
-        with contextlib.suppress(OSError):
-            os.remove(os.path.join(output_dir, paths.RESERVE_NAME))
+        release_reserve(output_dir)
 
 
 def _controller_entries(output_dir: str, manifest: Manifest, journal: Optional[RunJournal],

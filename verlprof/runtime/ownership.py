@@ -62,6 +62,7 @@ from verlprof.runtime import run_lock
 from verlprof.runtime.collect import run_manifest
 from verlprof.runtime.run_lock import LockHolder
 from verlprof.safe_text import one_line
+from verlprof.storage import release_reserve
 
 KEY = "trainer.profiler.output_dir"
 POLICY_KEY = "trainer.profiler.existing_run"
@@ -205,9 +206,9 @@ class Run:
         try:
             write_manifest(run_manifest(self.plan, entries, {}, None, [note], self.run_id),
                            self.output_dir)
-            os.remove(os.path.join(self.output_dir, paths.RESERVE_NAME))
-        except OSError:  # nothing to free, or a directory that cannot be written: as it was
-            pass
+        except OSError:  # a directory that cannot be written: left as it was
+            return
+        release_reserve(self.output_dir)
 
 
 def _release_own(directory: str, run_id: str, pid: int) -> None:
